@@ -1,0 +1,37 @@
+"""Ways to run a configuration and measure it, behind one contract (:class:`Backend`).
+
+``BACKENDS`` maps a name to a factory taking a :class:`Deployment`; heavy backends import their
+dependencies inside the factory so that listing backends stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from backends.base import Backend
+from backends.base import FailureClass
+from backends.base import Measurement
+from backends.base import Workload
+from backends.deployment import Deployment
+from backends.deployment import DrafterSpec
+from backends.launch_params import InvalidParams
+from backends.launch_params import LaunchParams
+
+
+def _model_backend(deployment: Deployment, **options) -> Backend:
+    from backends.perf_model import PerfModelBackend
+
+    return PerfModelBackend(deployment, **options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {"model": _model_backend}
+
+
+def get_backend(name: str, deployment: Deployment, **options) -> Backend:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; available: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](deployment, **options)
+
+
+__all__ = ["BACKENDS", "Backend", "Deployment", "DrafterSpec", "FailureClass", "InvalidParams",
+           "LaunchParams", "Measurement", "Workload", "get_backend"]

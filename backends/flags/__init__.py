@@ -1,0 +1,27 @@
+"""Engine flag dialects: turn LaunchParams plus a launch target into an engine's exact argv.
+
+One module per engine holds its flag tables per version range; :func:`render_command` picks the
+table for the pinned version and applies the user's ``flag_overrides``.
+"""
+
+from __future__ import annotations
+
+from backends.flags._dialect import LaunchTarget
+from backends.flags._dialect import UnsupportedParams
+from backends.flags._render import DEFAULT_VERSIONS
+from backends.flags._render import ENGINES
+from backends.flags._render import is_experimental
+from backends.flags._render import render_command
+from backends.flags._render import render_env
+from backends.flags._render import render_shell
+
+__all__ = [
+    "DEFAULT_VERSIONS",
+    "ENGINES",
+    "LaunchTarget",
+    "UnsupportedParams",
+    "is_experimental",
+    "render_command",
+    "render_env",
+    "render_shell",
+]

@@ -1,0 +1,143 @@
+"""What a flag dialect is made of: version tables, the launch target, and the argv builder.
+
+A dialect maps *logical flag keys* (stable names such as ``cuda_graph_max_bs``) to the spelling
+one engine release accepts. An engine's renderer only ever names logical keys; which spelling comes
+out is decided by the table for the pinned version, then by the user's overrides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from backends.flags._versions import VersionRange
+from backends.flags._versions import parse_version
+from backends.launch_params import InvalidParams
+from backends.launch_params import LaunchParams
+
+
+class UnsupportedParams(InvalidParams):
+    """A valid configuration that this engine (at this version) cannot express."""
+
+
+@dataclass(slots=True, frozen=True)
+class LaunchTarget:
+    """Where and what to launch; everything in the command that is not a tuned parameter."""
+
+    model_path: str
+    drafter_path: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    context_length: int | None = None
+    trust_remote_code: bool = True
+    extra_args: tuple[str, ...] = ()  # appended verbatim at the end
+
+
+@dataclass(slots=True, frozen=True)
+class FlagTable:
+    """Flag spellings valid for one inclusive range of engine versions.
+
+    A key missing from ``flags`` means the concept has no flag in these versions; renderers test
+    membership to pick between spellings that differ in shape (one switch vs. two valued flags).
+    ``features`` names behaviour that is not a flag (e.g. whether a combination is accepted).
+    """
+
+    versions: VersionRange
+    flags: Mapping[str, str]
+    features: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class Argv:
+    """Builds one command from logical keys; a key overridden to ``None`` is left out."""
+
+    label: str  # "SGLang 0.5.23", for error messages
+    spellings: dict[str, str | None]
+    features: frozenset[str]
+    args: list[str] = field(default_factory=list)
+
+    def has(self, key: str) -> bool:
+        return key in self.spellings
+
+    def raw(self, *args: str) -> None:
+        self.args.extend(args)
+
+    def add(self, key: str, *values: Any) -> None:
+        spelling = self.spellings[key]
+        if spelling is not None:
+            self.args.extend([spelling, *(str(v) for v in values)])
+
+
+Renderer = Callable[[LaunchParams, LaunchTarget, Argv], None]
+EnvRenderer = Callable[[LaunchParams, FlagTable], dict[str, str]]
+
+
+@dataclass(slots=True, frozen=True)
+class EngineDialect:
+    """One engine's flag tables (oldest first) and the functions that render with them."""
+
+    display_name: str
+    default_version: str
+    tables: tuple[FlagTable, ...]
+    render: Renderer
+    env: EnvRenderer
+
+    def table(self, version: str) -> FlagTable:
+        """The table for ``version``; ``ValueError`` listing the supported ranges otherwise."""
+        parsed = parse_version(version)
+        for table in self.tables:
+            if parsed in table.versions:
+                return table
+        ranges = ", ".join(str(t.versions) for t in self.tables)
+        raise ValueError(
+            f"{self.display_name} {version} is not supported; supported versions: {ranges}"
+        )
+
+    def known_keys(self) -> list[str]:
+        return sorted({key for table in self.tables for key in table.flags})
+
+    def argv(self, version: str, overrides: Mapping[str, str | None]) -> Argv:
+        """An empty builder for ``version`` with ``overrides`` applied (checked against keys)."""
+        table = self.table(version)
+        self._check_overrides(overrides)
+        # Overrides of keys this version lacks are ignored: they belong to another version.
+        spellings = {key: overrides.get(key, flag) for key, flag in table.flags.items()}
+        return Argv(f"{self.display_name} {version}", spellings, table.features)
+
+    def _check_overrides(self, overrides: Mapping[str, str | None]) -> None:
+        known = self.known_keys()
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ValueError(
+                f"unknown {self.display_name} flag override key(s) {', '.join(unknown)}; "
+                f"known keys: {', '.join(known)}"
+            )
+        for key, spelling in overrides.items():
+            looks_like_flag = isinstance(spelling, str) and spelling.startswith("-")
+            if spelling is not None and not looks_like_flag:
+                raise ValueError(
+                    f"flag override {key}: {spelling!r} must be a flag such as '--x-y' or null"
+                )
+
+
+def compact_json(value: Any) -> str:
+    """One argv element of JSON, stable across runs (sorted keys, no spaces)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def fraction(value: float) -> str:
+    """``0.88`` -> ``"0.88"``: three decimals at most, no float noise."""
+    return repr(round(value, 3))
+
+
+def require_drafter(params: LaunchParams, target: LaunchTarget, label: str) -> str:
+    if target.drafter_path is None:
+        raise UnsupportedParams(
+            f"{label}: speculative_algorithm={params.speculative_algorithm} needs drafter_path "
+            "in the launch target"
+        )
+    return target.drafter_path

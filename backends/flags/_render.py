@@ -1,0 +1,68 @@
+"""Entry points: pick an engine's dialect from the registry and render a launch with it."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from backends.flags import sglang
+from backends.flags import vllm
+from backends.flags._dialect import EngineDialect
+from backends.flags._dialect import LaunchTarget
+from backends.launch_params import LaunchParams
+
+_DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT}
+
+ENGINES: tuple[str, ...] = tuple(_DIALECTS)
+DEFAULT_VERSIONS: dict[str, str] = {name: d.default_version for name, d in _DIALECTS.items()}
+
+
+def _dialect(engine: str) -> EngineDialect:
+    try:
+        return _DIALECTS[engine]
+    except KeyError:
+        known = ", ".join(ENGINES)
+        raise ValueError(f"unknown engine {engine!r}; known engines: {known}") from None
+
+
+def _version(dialect: EngineDialect, version: str | None) -> str:
+    # Only None means "the pinned default"; an empty string is a mistake worth reporting.
+    return dialect.default_version if version is None else version
+
+
+def render_command(
+    engine: str,
+    params: LaunchParams,
+    target: LaunchTarget,
+    version: str | None = None,
+    flag_overrides: Mapping[str, str | None] | None = None,
+) -> list[str]:
+    """The full argv that launches ``engine`` (at ``version``, default pinned) with ``params``.
+
+    ``flag_overrides`` maps a logical flag key to a new spelling, or to ``None`` to drop the
+    flag. Raises ``ValueError`` for an unknown engine, version or override key,
+    ``InvalidParams`` for parameters no engine accepts and ``UnsupportedParams`` for ones this
+    engine version cannot express. Environment the launch needs comes from :func:`render_env`.
+    """
+    dialect = _dialect(engine)
+    out = dialect.argv(_version(dialect, version), flag_overrides or {})
+    params.check()
+    dialect.render(params, target, out)
+    return [*out.args, *target.extra_args]
+
+
+def render_env(engine: str, params: LaunchParams, version: str | None = None) -> dict[str, str]:
+    """Environment variables the launch of ``params`` needs (knobs without a CLI flag)."""
+    dialect = _dialect(engine)
+    return dialect.env(params, dialect.table(_version(dialect, version)))
+
+
+def is_experimental(engine: str, params: LaunchParams) -> bool:
+    """True when no released ``engine`` ships the configuration (DDTree, today)."""
+    _dialect(engine)
+    return params.is_ddtree
+
+
+def render_shell(argv: list[str]) -> str:
+    """One copy-pasteable shell line; ``shlex.split`` gives ``argv`` back."""
+    return shlex.join(argv)

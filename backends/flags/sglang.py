@@ -1,0 +1,179 @@
+"""SGLang launch flags, 0.5.11 (first release with DFLASH) to 0.5.23.
+
+Spellings were read from each released wheel (notes/serving_engines.md §1.2). Logical keys follow
+the LaunchParams / SGLang 0.5.13 names (``cuda_graph_max_bs``), so a tuner.yaml override reads
+like the parameter it renames. Keys:
+
+  model_path, trust_remote_code, tp_size, dp_size, ep_size, enable_dp_attention (<= 0.5.21),
+  attn_dp_size, enable_dp_lm_head (>= 0.5.22), speculative_algorithm,
+  speculative_draft_model_path, speculative_num_draft_tokens, speculative_ddtree_budget,
+  mem_fraction_static, max_running_requests, cuda_graph_max_bs, cuda_graph_bs,
+  disable_cuda_graph (<= 0.5.13), cuda_graph_backend_decode, cuda_graph_backend_prefill
+  (>= 0.5.14), context_length, host, port.
+
+DDTree is not in any release; it is rendered with the spelling of the open PR #29907 branch.
+"""
+
+from __future__ import annotations
+
+from backends.flags._dialect import Argv
+from backends.flags._dialect import EngineDialect
+from backends.flags._dialect import FlagTable
+from backends.flags._dialect import LaunchTarget
+from backends.flags._dialect import UnsupportedParams
+from backends.flags._dialect import fraction
+from backends.flags._dialect import require_drafter
+from backends.flags._versions import VersionRange
+from backends.launch_params import LaunchParams
+
+_COMMON = {
+    "model_path": "--model-path",
+    "trust_remote_code": "--trust-remote-code",
+    "tp_size": "--tp-size",
+    "dp_size": "--dp-size",
+    "ep_size": "--ep-size",  # --enable-ep-moe never existed in 0.5.x
+    "speculative_algorithm": "--speculative-algorithm",
+    "speculative_draft_model_path": "--speculative-draft-model-path",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+    "speculative_ddtree_budget": "--speculative-ddtree-budget",  # PR #29907 branch only
+    "mem_fraction_static": "--mem-fraction-static",
+    "max_running_requests": "--max-running-requests",
+    "context_length": "--context-length",
+    "host": "--host",
+    "port": "--port",
+}
+_GRAPHS_UNTIL_0_5_13 = {
+    "cuda_graph_max_bs": "--cuda-graph-max-bs",
+    "cuda_graph_bs": "--cuda-graph-bs",
+    "disable_cuda_graph": "--disable-cuda-graph",
+}
+# 0.5.14-0.5.19 still accept the old names as aliases, 0.5.20 removed them, and 0.5.23 rejects
+# "--cuda-graph-max-bs" as an ambiguous prefix; the per-phase names work across the whole range.
+_GRAPHS_FROM_0_5_14 = {
+    "cuda_graph_max_bs": "--cuda-graph-max-bs-decode",
+    "cuda_graph_bs": "--cuda-graph-bs-decode",
+    "cuda_graph_backend_decode": "--cuda-graph-backend-decode",
+    "cuda_graph_backend_prefill": "--cuda-graph-backend-prefill",
+}
+# Before 0.5.22 attention DP is a switch and its size rides on --dp-size.
+_ATTN_DP_UNTIL_0_5_21 = {
+    "enable_dp_attention": "--enable-dp-attention",
+    "attn_dp_size": "--dp-size",
+}
+_ATTN_DP_FROM_0_5_22 = {
+    "attn_dp_size": "--attn-dp-size",
+    "enable_dp_lm_head": "--enable-dp-lm-head",  # required for DFLASH + attention DP
+}
+
+# DFLASH (and the DDTree branch built on it) with attention DP is rejected on CUDA before 0.5.23.
+SPEC_WITH_ATTN_DP = "spec_with_attn_dp"
+
+TABLES = (
+    FlagTable(VersionRange("0.5.11", "0.5.13"),
+              {**_COMMON, **_GRAPHS_UNTIL_0_5_13, **_ATTN_DP_UNTIL_0_5_21}),
+    FlagTable(VersionRange("0.5.14", "0.5.21"),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_UNTIL_0_5_21}),
+    FlagTable(VersionRange("0.5.22", "0.5.22"),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}),
+    FlagTable(VersionRange("0.5.23", "0.5.23"),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22},
+              frozenset({SPEC_WITH_ATTN_DP})),
+)
+
+
+def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
+    """Write ``python -m sglang.launch_server ...`` for ``params`` into ``out``."""
+    out.raw("python", "-m", "sglang.launch_server")
+    out.add("model_path", target.model_path)
+    if target.trust_remote_code:
+        out.add("trust_remote_code")
+    _parallelism(params, out)
+    _speculation(params, target, out)
+    out.add("mem_fraction_static", fraction(params.mem_fraction_static))
+    out.add("max_running_requests", params.max_running_requests)
+    _cuda_graphs(params, out)
+    if target.context_length is not None:
+        out.add("context_length", target.context_length)
+    out.add("host", target.host)
+    out.add("port", target.port)
+
+
+def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
+    """Environment the launch needs for knobs that have no CLI flag."""
+    env: dict[str, str] = {}
+    if params.is_ddtree:
+        # The branch caps the per-depth candidate count (tree width) only through this variable.
+        env["SGLANG_DDTREE_MAX_TOPK"] = str(params.speculative_ddtree_topk)
+    if params.speculative and params.enable_dp_attention:
+        # 0.5.23 accepts DFLASH + attention DP only with spec prefill coordination off.
+        env["SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"] = "0"
+    return env
+
+
+def _parallelism(params: LaunchParams, out: Argv) -> None:
+    out.add("tp_size", params.tp_size)
+    if params.dp_size > 1:
+        out.add("dp_size", params.dp_size)
+    if params.ep_size > 1:
+        out.add("ep_size", params.ep_size)
+    if params.enable_dp_attention:
+        _attention_dp(params, out)
+
+
+def _attention_dp(params: LaunchParams, out: Argv) -> None:
+    # Attention DP spans the whole TP group: one attention replica per GPU.
+    if params.speculative and SPEC_WITH_ATTN_DP not in out.features:
+        raise UnsupportedParams(
+            f"{out.label} rejects speculative_algorithm={params.speculative_algorithm} with "
+            "enable_dp_attention on CUDA (allowed from 0.5.23 with --enable-dp-lm-head)"
+        )
+    if out.has("enable_dp_attention"):
+        if params.dp_size > 1:
+            raise UnsupportedParams(
+                f"{out.label} sizes attention DP with --dp-size; dp_size={params.dp_size} "
+                "replicas cannot be combined with enable_dp_attention (needs 0.5.22+)"
+            )
+        out.add("enable_dp_attention")
+    out.add("attn_dp_size", params.tp_size)
+    if out.has("enable_dp_lm_head"):
+        out.add("enable_dp_lm_head")
+
+
+def _speculation(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
+    if not params.speculative:
+        return
+    drafter = require_drafter(params, target, out.label)
+    out.add("speculative_algorithm", params.speculative_algorithm.upper())
+    out.add("speculative_draft_model_path", drafter)
+    # SGLang counts the whole block, anchor included (vLLM counts block - 1).
+    out.add("speculative_num_draft_tokens", params.speculative_dflash_block_size)
+    if params.is_ddtree:
+        _check_ddtree_depth(params, out.label)
+        out.add("speculative_ddtree_budget", params.speculative_ddtree_budget)
+
+
+def _check_ddtree_depth(params: LaunchParams, label: str) -> None:
+    # The branch grows trees to the full draft length (block - 1) and has no depth knob, so only
+    # a max_depth that does not cut below that is what will actually run.
+    draft_len = params.speculative_dflash_block_size - 1
+    if params.speculative_ddtree_max_depth < draft_len:
+        raise UnsupportedParams(
+            f"{label} DDTREE (PR #29907) has no tree-depth flag; trees reach block_size - 1 = "
+            f"{draft_len}, so speculative_ddtree_max_depth="
+            f"{params.speculative_ddtree_max_depth} cannot be expressed"
+        )
+
+
+def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
+    sizes = params.capture_batch_sizes
+    if sizes:
+        out.add("cuda_graph_max_bs", max(sizes))
+        out.add("cuda_graph_bs", *sizes)
+    elif out.has("cuda_graph_backend_decode"):
+        out.add("cuda_graph_backend_decode", "disabled")
+        out.add("cuda_graph_backend_prefill", "disabled")
+    else:
+        out.add("disable_cuda_graph")
+
+
+DIALECT = EngineDialect("SGLang", "0.5.23", TABLES, render, render_env)

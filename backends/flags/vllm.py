@@ -1,0 +1,106 @@
+"""vLLM launch flags, 0.30.0 to 0.33.x (read from the 0.33.0 wheel, notes §2).
+
+Logical keys follow vLLM's own flag names: trust_remote_code, tensor_parallel_size,
+data_parallel_size, enable_expert_parallel, speculative_config, gpu_memory_utilization,
+max_num_seqs, max_model_len, compilation_config, enforce_eager, host, port. The model is the
+positional argument of ``vllm serve`` and has no key.
+"""
+
+from __future__ import annotations
+
+from backends.flags._dialect import Argv
+from backends.flags._dialect import EngineDialect
+from backends.flags._dialect import FlagTable
+from backends.flags._dialect import LaunchTarget
+from backends.flags._dialect import UnsupportedParams
+from backends.flags._dialect import compact_json
+from backends.flags._dialect import fraction
+from backends.flags._dialect import require_drafter
+from backends.flags._versions import VersionRange
+from backends.launch_params import LaunchParams
+
+_FLAGS = {
+    "trust_remote_code": "--trust-remote-code",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "data_parallel_size": "--data-parallel-size",
+    "enable_expert_parallel": "--enable-expert-parallel",
+    "speculative_config": "--speculative-config",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_num_seqs": "--max-num-seqs",
+    "max_model_len": "--max-model-len",
+    "compilation_config": "--compilation-config",
+    "enforce_eager": "--enforce-eager",
+    "host": "--host",
+    "port": "--port",
+}
+
+# Older ranges go in front when someone checks their wheels.
+TABLES = (FlagTable(VersionRange("0.30.0", "0.33.x"), _FLAGS),)
+
+
+def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
+    """Write ``vllm serve <model> ...`` for ``params`` into ``out``."""
+    _check_supported(params, out.label)
+    out.raw("vllm", "serve", target.model_path)
+    if target.trust_remote_code:
+        out.add("trust_remote_code")
+    out.add("tensor_parallel_size", params.tp_size)
+    if params.dp_size > 1:
+        out.add("data_parallel_size", params.dp_size)
+    if params.ep_size > 1:
+        out.add("enable_expert_parallel")
+    if params.speculative:
+        out.add("speculative_config", compact_json(_speculative_config(params, target, out)))
+    out.add("gpu_memory_utilization", fraction(params.mem_fraction_static))
+    out.add("max_num_seqs", params.max_running_requests)
+    if target.context_length is not None:
+        out.add("max_model_len", target.context_length)
+    _cuda_graphs(params, out)
+    out.add("host", target.host)
+    out.add("port", target.port)
+
+
+def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
+    """vLLM needs no environment for anything modelled here."""
+    return {}
+
+
+def _check_supported(params: LaunchParams, label: str) -> None:
+    if params.is_ddtree:
+        raise UnsupportedParams(
+            f"{label} has no DDTree (method 'ddtree' is rejected; upstream PR #42910 is open); "
+            "use engine sglang, whose PR #29907 branch has --speculative-algorithm DDTREE"
+        )
+    if params.enable_dp_attention:
+        raise UnsupportedParams(
+            f"{label}: enable_dp_attention is not modelled for vLLM (with MoE its DP ranks "
+            "already run attention DP); use dp_size"
+        )
+    # --enable-expert-parallel has no size: the MoE layers use EP over all tp*dp GPUs.
+    if params.ep_size not in (1, params.gpus):
+        raise UnsupportedParams(
+            f"{label} expert parallelism spans tp*dp GPUs; ep_size={params.ep_size} with "
+            f"tp_size={params.tp_size} and dp_size={params.dp_size} cannot be expressed"
+        )
+
+
+def _speculative_config(params: LaunchParams, target: LaunchTarget, out: Argv) -> dict:
+    return {
+        "method": "dflash",
+        "model": require_drafter(params, target, out.label),
+        # vLLM counts mask slots after the anchor: block 8 -> 7.
+        "num_speculative_tokens": params.speculative_dflash_block_size - 1,
+    }
+
+
+def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
+    if not params.cuda_graph:
+        out.add("enforce_eager")
+        return
+    # Capture sizes count tokens: a decode step of b requests verifies b * verify_tokens tokens.
+    sizes = [b * params.verify_tokens for b in params.capture_batch_sizes]
+    config = {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes}
+    out.add("compilation_config", compact_json(config))
+
+
+DIALECT = EngineDialect("vLLM", "0.33.0", TABLES, render, render_env)

@@ -1,0 +1,103 @@
+"""Typed view of a trial's flat parameter dict, shared by every flag dialect and the model.
+
+Parameter names follow the SGLang flag they control (``ep_size`` -> ``--ep-size``), so one name
+means one thing from the search space to the emitted command. Parameters a search space leaves
+out take the defaults below, which match what a plain launch of the engine would do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import fields
+from typing import Any
+
+SPECULATIVE_ALGORITHMS = ("none", "dflash", "ddtree")
+GRAPH_LADDERS = ("pow2", "dense")
+
+
+class InvalidParams(ValueError):
+    """A parameter combination no engine can launch."""
+
+
+@dataclass(slots=True, frozen=True)
+class LaunchParams:
+    tp_size: int = 8
+    dp_size: int = 1
+    ep_size: int = 1
+    enable_dp_attention: bool = False
+    speculative_algorithm: str = "none"
+    # Tokens verified per DFlash step including the anchor (SGLang's meaning of the block size);
+    # vLLM's num_speculative_tokens is this minus one.
+    speculative_dflash_block_size: int = 8
+    # Non-root tree nodes; verify window is budget + 1.
+    speculative_ddtree_budget: int = 16
+    speculative_ddtree_topk: int = 4
+    speculative_ddtree_max_depth: int = 7
+    cuda_graph: bool = True
+    cuda_graph_max_bs: int = 32
+    cuda_graph_bs_ladder: str = "dense"
+    max_running_requests: int = 48
+    mem_fraction_static: float = 0.88
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> LaunchParams:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise InvalidParams(f"unknown parameter(s): {', '.join(unknown)}")
+        lp = cls(**params)
+        lp.check()
+        return lp
+
+    def check(self) -> None:
+        if self.speculative_algorithm not in SPECULATIVE_ALGORITHMS:
+            raise InvalidParams(f"speculative_algorithm must be one of {SPECULATIVE_ALGORITHMS}")
+        if self.cuda_graph_bs_ladder not in GRAPH_LADDERS:
+            raise InvalidParams(f"cuda_graph_bs_ladder must be one of {GRAPH_LADDERS}")
+        for name in ("tp_size", "dp_size", "ep_size", "max_running_requests", "cuda_graph_max_bs"):
+            if getattr(self, name) < 1:
+                raise InvalidParams(f"{name} must be >= 1")
+        if self.tp_size % self.ep_size:
+            raise InvalidParams(f"ep_size {self.ep_size} must divide tp_size {self.tp_size}")
+        if self.speculative and self.speculative_dflash_block_size < 2:
+            raise InvalidParams("speculative_dflash_block_size must be >= 2")
+        if self.is_ddtree and self.speculative_ddtree_budget < self.speculative_dflash_block_size - 1:
+            raise InvalidParams("speculative_ddtree_budget must be >= block size - 1")
+        if not 0.0 < self.mem_fraction_static < 1.0:
+            raise InvalidParams("mem_fraction_static must be in (0, 1)")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp_size * self.dp_size
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_algorithm != "none"
+
+    @property
+    def is_ddtree(self) -> bool:
+        return self.speculative_algorithm == "ddtree"
+
+    @property
+    def tree_depth(self) -> int:
+        """Draft positions a tree can reach: the drafter predicts block_size - 1 tokens."""
+        return min(self.speculative_ddtree_max_depth, self.speculative_dflash_block_size - 1)
+
+    @property
+    def verify_tokens(self) -> int:
+        """Tokens the target verifies per request per step (anchor included)."""
+        if self.is_ddtree:
+            return self.speculative_ddtree_budget + 1
+        return self.speculative_dflash_block_size if self.speculative else 1
+
+    @property
+    def capture_batch_sizes(self) -> tuple[int, ...]:
+        """Decode batch sizes captured as CUDA graphs (empty when graphs are off)."""
+        if not self.cuda_graph:
+            return ()
+        top = min(self.cuda_graph_max_bs, self.max_running_requests)
+        if self.cuda_graph_bs_ladder == "pow2":
+            ladder = [1 << i for i in range(top.bit_length())]
+        else:  # SGLang-style: small sizes, then every 8.
+            ladder = [1, 2, 4] + list(range(8, top + 1, 8))
+        return tuple(sorted({b for b in ladder if b <= top} | {top}))

@@ -1,0 +1,196 @@
+"""Hardware and model facts the performance model reasons with.
+
+Models come from the shipped catalog (``models.yaml``) or any HF ``config.json`` (DeepSeek-V3 /
+Kimi MLA layouts, Qwen3 dense and MoE); GPUs and interconnects from ``hardware.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_HERE = Path(__file__).parent
+BF16_BYTES = 2
+
+
+class CatalogError(ValueError):
+    """An unknown catalog name or an unreadable model config."""
+
+
+@dataclass(slots=True, frozen=True)
+class Hardware:
+    name: str
+    memory_gib: float
+    bandwidth_gbs: float
+    bf16_tflops: float
+    interconnect: str
+    link_gbs: float
+    collective_latency_us: float
+
+
+@dataclass(slots=True, frozen=True)
+class ModelArch:
+    """Parameter counts and KV size of a decoder, derived from HF config fields."""
+
+    name: str
+    num_layers: int
+    num_dense_layers: int  # leading layers with a dense MLP (all of them for a dense model)
+    hidden: int
+    vocab: int
+    attn_params_per_layer: int
+    dense_mlp_params: int  # per dense layer
+    num_experts: int
+    top_k: int
+    expert_params: int  # one routed expert (gate, up, down)
+    shared_expert_params: int  # per MoE layer
+    expert_weight_bits: float
+    kv_bytes_per_token_layer: int  # bf16; MLA latent or GQA K+V
+    kv_heads: int  # 0 for MLA: its latent is shared by all heads, so TP replicates it
+    attn_flops_per_token_ctx_layer: int  # score + value FLOPs per (token, context token, layer)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def bf16_params(self) -> int:
+        """Everything that is not a routed expert: attention, dense/shared MLPs, LM head."""
+        return (self.num_layers * self.attn_params_per_layer
+                + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * self.shared_expert_params
+                + self.vocab * self.hidden)
+
+    @property
+    def expert_bytes(self) -> float:
+        return self.expert_params * self.expert_weight_bits / 8
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes resident in GPU memory (embedding table included)."""
+        routed = self.num_moe_layers * self.num_experts * self.expert_bytes
+        return (self.bf16_params + self.vocab * self.hidden) * BF16_BYTES + routed
+
+
+@dataclass(slots=True, frozen=True)
+class DrafterArch:
+    """A DFlash drafter: Qwen3-style layers sharing the target's embedding and LM head."""
+
+    num_layers: int
+    hidden: int
+    params_per_layer: int
+    fc_params: int  # fuses the tapped target layers' hidden states into one
+    kv_heads: int
+    kv_bytes_per_token_layer: int
+    attn_flops_per_token_ctx_layer: int
+    block_size: int
+
+    @property
+    def weight_bytes(self) -> float:
+        return (self.num_layers * self.params_per_layer + self.fc_params) * BF16_BYTES
+
+
+@cache
+def _catalog(file: str) -> dict[str, Any]:
+    return yaml.safe_load((_HERE / file).read_text())
+
+
+def hardware_names() -> list[str]:
+    return sorted(_catalog("hardware.yaml")["gpus"])
+
+
+def model_names() -> list[str]:
+    return sorted(_catalog("models.yaml")["models"])
+
+
+def load_hardware(name: str) -> Hardware:
+    cat = _catalog("hardware.yaml")
+    if name not in cat["gpus"]:
+        raise CatalogError(f"unknown GPU {name!r}; known: {', '.join(hardware_names())}")
+    gpu = cat["gpus"][name]
+    link = cat["interconnects"][gpu["interconnect"]]
+    return Hardware(name=name, **gpu, **link)
+
+
+def load_model(name_or_path: str) -> ModelArch:
+    """A catalog name (``kimi-k2.6``) or a path to an HF ``config.json`` or its folder."""
+    models = _catalog("models.yaml")["models"]
+    if name_or_path in models:
+        return model_from_config(name_or_path, models[name_or_path])
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise CatalogError(f"model {name_or_path!r} is neither a catalog name "
+                           f"({', '.join(model_names())}) nor a config.json path")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CatalogError(f"{path}: not valid JSON ({err})") from err
+    return model_from_config(str(path.parent.name), config)
+
+
+def model_from_config(name: str, cfg: dict[str, Any]) -> ModelArch:
+    cfg = cfg.get("text_config", cfg)  # Kimi K2.5/K2.6 nest the language model
+    try:
+        return _arch(name, cfg)
+    except KeyError as err:
+        raise CatalogError(f"model config {name!r} lacks field {err.args[0]!r}") from err
+
+
+def _arch(name: str, c: dict[str, Any]) -> ModelArch:
+    hidden, layers = c["hidden_size"], c["num_hidden_layers"]
+    experts = c.get("n_routed_experts") or c.get("num_experts") or 0
+    moe_inter = c.get("moe_intermediate_size", 0)
+    dense_layers = c.get("first_k_dense_replace", 0) if experts else layers
+    attn, kv_bytes, kv_heads, attn_flops = _attention(c, hidden)
+    return ModelArch(
+        name=name, num_layers=layers, num_dense_layers=dense_layers, hidden=hidden,
+        vocab=c["vocab_size"], attn_params_per_layer=attn,
+        dense_mlp_params=3 * hidden * c["intermediate_size"],
+        num_experts=experts, top_k=c.get("num_experts_per_tok", 0) if experts else 0,
+        expert_params=3 * hidden * moe_inter,
+        shared_expert_params=3 * hidden * moe_inter * c.get("n_shared_experts", 0),
+        expert_weight_bits=c.get("expert_weight_bits", 16),
+        kv_bytes_per_token_layer=kv_bytes, kv_heads=kv_heads,
+        attn_flops_per_token_ctx_layer=attn_flops,
+    )
+
+
+def _attention(c: dict[str, Any], hidden: int) -> tuple[int, int, int, int]:
+    """(params per layer, KV bytes per token per layer, KV heads, FLOPs per token x context)."""
+    heads = c["num_attention_heads"]
+    if "kv_lora_rank" in c:  # MLA, decode with absorbed projections
+        q_lora, kv_lora = c.get("q_lora_rank") or hidden, c["kv_lora_rank"]
+        rope, nope, v = c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
+        params = (hidden * q_lora + q_lora * heads * (nope + rope) + hidden * (kv_lora + rope)
+                  + kv_lora * heads * (nope + v) + heads * v * hidden)
+        latent = kv_lora + rope
+        return params, latent * BF16_BYTES, 0, 2 * heads * (latent + kv_lora)
+    head_dim = c.get("head_dim") or hidden // heads
+    kv_heads = c.get("num_key_value_heads", heads)
+    params = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    return params, 2 * kv_heads * head_dim * BF16_BYTES, kv_heads, 4 * heads * head_dim
+
+
+def drafter_arch(target: ModelArch, num_layers: int, num_target_layers: int, block_size: int,
+                 heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
+                 intermediate: int | None = None) -> DrafterArch:
+    """A DFlash drafter for ``target``: hidden size is the target's, FC input is the taps."""
+    hidden = target.hidden
+    inter = intermediate or 3 * hidden
+    attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    return DrafterArch(
+        num_layers=num_layers, hidden=hidden, params_per_layer=attn + 3 * hidden * inter,
+        fc_params=num_target_layers * hidden * hidden, kv_heads=kv_heads,
+        kv_bytes_per_token_layer=2 * kv_heads * head_dim * BF16_BYTES,
+        attn_flops_per_token_ctx_layer=4 * heads * head_dim, block_size=block_size,
+    )

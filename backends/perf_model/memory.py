@@ -1,0 +1,91 @@
+"""Does a configuration fit in GPU memory, and how many requests can its KV pool hold?
+
+Per GPU: the static pool (``mem_fraction_static`` of memory) holds the target's and drafter's
+weights and the KV pool; the rest must hold the activation workspace, graph pools and runtime.
+A KV pool too small for every running request does not crash an engine, it caps how many run
+at once, so that is what the plan reports; only a pool that cannot hold one request, or weights
+that do not fit, make a configuration infeasible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.launch_params import LaunchParams
+from backends.perf_model import constants as C
+from backends.perf_model.catalog import BF16_BYTES
+from backends.perf_model.catalog import DrafterArch
+from backends.perf_model.catalog import ModelArch
+
+GIB = 2**30
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryPlan:
+    weights_gib: float
+    drafter_gib: float
+    kv_pool_gib: float
+    workspace_gib: float
+    max_requests: int  # per data-parallel replica
+    infeasible: str = ""  # why it does not fit; empty when it does
+
+    @property
+    def peak_gib(self) -> float:
+        return self.weights_gib + self.drafter_gib + self.kv_pool_gib + self.workspace_gib
+
+
+def plan_memory(m: ModelArch, d: DrafterArch | None, lp: LaunchParams, memory_gib: float,
+                tokens_per_request: int) -> MemoryPlan:
+    weights = _target_weights_gib(m, lp)
+    drafter = (d.weight_bytes / lp.tp_size / GIB) if (d and lp.speculative) else 0.0
+    static = lp.mem_fraction_static * memory_gib
+    kv_pool = static - weights - drafter
+    workspace = _workspace_gib(m, lp)
+    common = dict(weights_gib=weights, drafter_gib=drafter, workspace_gib=workspace)
+    if kv_pool <= 0:
+        return MemoryPlan(kv_pool_gib=0.0, max_requests=0, **common, infeasible=(
+            f"weights need {weights + drafter:.1f} GiB per GPU, static pool is {static:.1f} GiB"))
+    if workspace > memory_gib - static:
+        return MemoryPlan(kv_pool_gib=kv_pool, max_requests=0, **common, infeasible=(
+            f"activations and graphs need {workspace:.1f} GiB, only "
+            f"{memory_gib - static:.1f} GiB left outside mem_fraction_static"))
+    capacity_tokens = kv_pool * GIB / _kv_bytes_per_token_gpu(m, d, lp)
+    max_requests = min(lp.max_running_requests, int(capacity_tokens // tokens_per_request))
+    if max_requests < 1:
+        return MemoryPlan(kv_pool_gib=kv_pool, max_requests=0, **common, infeasible=(
+            f"KV pool of {kv_pool:.1f} GiB holds {capacity_tokens:.0f} tokens, "
+            f"one request needs {tokens_per_request}"))
+    return MemoryPlan(kv_pool_gib=kv_pool, max_requests=max_requests, **common)
+
+
+def _target_weights_gib(m: ModelArch, lp: LaunchParams) -> float:
+    tp = lp.tp_size
+    attn = m.num_layers * m.attn_params_per_layer * BF16_BYTES
+    # Attention-DP replicates attention weights on every rank of the TP group.
+    attn_share = attn if lp.enable_dp_attention else attn / tp
+    return (attn_share + (m.weight_bytes - attn) / tp) / GIB
+
+
+def _kv_bytes_per_token_gpu(m: ModelArch, d: DrafterArch | None, lp: LaunchParams) -> float:
+    """KV bytes one token of one request costs on each GPU of the replica that stores it."""
+    tp = lp.tp_size
+    if lp.enable_dp_attention:  # a request's KV lives on one rank, so capacity adds up
+        target = m.num_layers * m.kv_bytes_per_token_layer / tp
+    elif m.kv_heads:
+        target = m.num_layers * m.kv_bytes_per_token_layer / min(tp, m.kv_heads)
+    else:  # MLA latent replicated on every TP rank
+        target = m.num_layers * m.kv_bytes_per_token_layer
+    draft = 0.0
+    if d and lp.speculative:  # the draft pool keeps one slot per target token
+        draft = d.num_layers * d.kv_bytes_per_token_layer / min(tp, d.kv_heads)
+    return target + draft
+
+
+def _workspace_gib(m: ModelArch, lp: LaunchParams) -> float:
+    """Runtime reserve plus activations of the largest forward (prefill chunk or graph)."""
+    graph_tokens = max(lp.capture_batch_sizes, default=0) * lp.verify_tokens
+    tokens = max(C.CHUNKED_PREFILL_TOKENS, graph_tokens)
+    # Logits in fp32 over the vocab shard, plus ~32 hidden-sized activation buffers a token.
+    per_token = m.vocab * 4 / lp.tp_size + 32 * m.hidden * BF16_BYTES
+    graphs = 0.5 if lp.capture_batch_sizes else 0.0  # private pool overhead of captured graphs
+    return C.RUNTIME_RESERVE_GIB + graphs + tokens * per_token / GIB

@@ -1,0 +1,82 @@
+"""From step times to the numbers a load test would report, at one concurrency level."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from backends.base import Measurement
+from backends.base import Workload
+from backends.launch_params import LaunchParams
+from backends.perf_model.acceptance import Acceptance
+from backends.perf_model.catalog import DrafterArch
+from backends.perf_model.catalog import ModelArch
+from backends.perf_model.memory import MemoryPlan
+from backends.perf_model.step import Node
+from backends.perf_model.step import draft_forward
+from backends.perf_model.step import graphed
+from backends.perf_model.step import target_forward
+
+
+@dataclass(slots=True, frozen=True)
+class Setup:
+    """Everything fixed for one configuration; only the concurrency varies."""
+
+    node: Node
+    model: ModelArch
+    drafter: DrafterArch | None
+    lp: LaunchParams
+    plan: MemoryPlan
+    acceptance: Acceptance | None  # None without speculation
+
+
+def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
+    """Per-component ms of one decode step for ``batch`` running requests on one replica."""
+    padded = graphed(s.lp, batch)
+    use_graph = padded is not None
+    run_batch = padded or batch  # padding rows cost compute and wire bytes, not weight reads
+    verify = target_forward(s.node, s.model, s.lp, run_batch, s.lp.verify_tokens, context,
+                            use_graph)
+    parts = {"weights": verify.weights, "kv": verify.kv, "matmul_fixed": verify.matmul_fixed,
+             "comm": verify.comm}
+    host = verify.host
+    if s.acceptance is not None and s.drafter is not None:
+        # SGLang runs the drafter eagerly under attention-DP even with decode graphs on.
+        draft_graph = use_graph and not s.lp.enable_dp_attention
+        draft = draft_forward(s.node, s.model, s.drafter, s.lp, run_batch,
+                              s.acceptance.mean, context, draft_graph)
+        parts["draft"] = draft.device
+        host += draft.host
+    # Launches are asynchronous: the host runs ahead of the GPU until the step's one sync, so
+    # only host time beyond the device time shows up in the step.
+    parts["host_exposed"] = max(0.3 * host, host - sum(parts.values()))
+    return parts
+
+
+def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
+    dp = s.lp.dp_size
+    running = min(concurrency, s.plan.max_requests * dp)
+    batch = math.ceil(running / dp)
+    context = workload.input_len + workload.output_len / 2
+    parts = step_breakdown(s, batch, context)
+    step_ms = sum(parts.values())
+    accepted = s.acceptance.mean if s.acceptance else 1.0
+    output_tok_s = running * accepted / step_ms * 1e3
+    tpot_ms = step_ms / accepted
+    ttft_ms = _prefill_ms(s, workload.input_len) + step_ms
+    if concurrency > running:  # the rest wait for a slot: about one request's decode each round
+        ttft_ms += (concurrency - running) / running * workload.output_len * tpot_ms
+    return Measurement(
+        concurrency=concurrency, output_tok_s=output_tok_s,
+        output_tok_s_per_gpu=output_tok_s / s.lp.gpus,
+        tok_s_per_user=output_tok_s / concurrency,
+        ttft_p50_ms=ttft_ms, ttft_p99_ms=ttft_ms, tpot_p50_ms=tpot_ms, tpot_p99_ms=tpot_ms,
+        accept_len_mean=accepted,
+        accept_len_hist=list(s.acceptance.hist) if s.acceptance else None,
+        peak_mem_gib=s.plan.peak_gib, breakdown_ms=parts, predicted=True,
+    )
+
+
+def _prefill_ms(s: Setup, input_len: int) -> float:
+    fwd = target_forward(s.node, s.model, s.lp, 1, input_len, input_len / 2, use_graph=False)
+    return max(fwd.device, fwd.host)

@@ -1,0 +1,70 @@
+"""Reference measurements shipped with the project, and the model's predictor for calibration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from backends.base import Workload
+from backends.deployment import Deployment
+from backends.deployment import DrafterSpec
+from backends.flags import LaunchTarget
+from backends.perf_model.backend import PerfModelBackend
+from backends.perf_model.calibrate import PEAK
+from backends.perf_model.calibrate import Observation
+from backends.perf_model.calibrate import Predictor
+from backends.perf_model.constants import Efficiency
+
+_DIR = Path(__file__).parent / "references"
+
+
+@dataclass(slots=True, frozen=True)
+class Reference:
+    deployment: Deployment
+    workload: Workload
+    observations: tuple[Observation, ...]
+
+
+def reference_names() -> list[str]:
+    return sorted(p.stem for p in _DIR.glob("*.yaml"))
+
+
+def load_reference(name_or_path: str) -> Reference:
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = _DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no reference {name_or_path!r}; shipped: {reference_names()}")
+    raw = yaml.safe_load(path.read_text())
+    dep = raw["deployment"]
+    drafter = dep.pop("drafter", None)
+    deployment = Deployment(
+        **dep, target=LaunchTarget(model_path="/models/target", drafter_path="/models/drafter"),
+        drafter=drafter and DrafterSpec(**_tuples(drafter)))
+    wl = raw["workload"]
+    workload = Workload(wl["input_len"], wl["output_len"], tuple(wl["concurrency"]))
+    defaults = raw.get("defaults", {})
+    observations = tuple(
+        Observation(o["name"], {**defaults, **o.get("params", {})}, o["at"], o["output_tok_s"])
+        for o in raw["observations"])
+    return Reference(deployment, workload, observations)
+
+
+def model_predictor(deployment: Deployment) -> Predictor:
+    """Predicted output tok/s of an observation under given efficiency constants."""
+
+    def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
+        rows = PerfModelBackend(deployment, eff).measure(obs.params, workload)
+        by_level = {m.concurrency: m.output_tok_s for m in rows if m.ok}
+        if not by_level:
+            return 0.0
+        return max(by_level.values()) if obs.at == PEAK else by_level.get(obs.at, 0.0)
+
+    return predict
+
+
+def _tuples(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}

@@ -1,0 +1,158 @@
+"""Time of one decode step on one GPU of a data-parallel replica, by component.
+
+A step is one target forward over ``batch x tokens_per_request`` tokens (1 for plain decoding,
+the block for DFlash, budget + 1 for DDTree), preceded by one drafter forward when speculating.
+Each component is a roofline (bytes / achieved bandwidth vs FLOPs / achieved throughput) or a
+latency term, and stays visible in the returned breakdown so a user can see what dominates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from backends.launch_params import LaunchParams
+from backends.perf_model import constants as C
+from backends.perf_model.catalog import BF16_BYTES
+from backends.perf_model.catalog import DrafterArch
+from backends.perf_model.catalog import Hardware
+from backends.perf_model.catalog import ModelArch
+from backends.perf_model.constants import Efficiency
+
+
+@dataclass(slots=True, frozen=True)
+class Node:
+    """One GPU type with the efficiency constants that turn datasheets into achieved numbers."""
+
+    hw: Hardware
+    eff: Efficiency
+
+    def mem_ms(self, nbytes: float) -> float:
+        return nbytes / (self.hw.bandwidth_gbs * 1e9 * self.eff.bandwidth_efficiency) * 1e3
+
+    def compute_ms(self, flops: float) -> float:
+        return flops / (self.hw.bf16_tflops * 1e12 * C.COMPUTE_EFFICIENCY) * 1e3
+
+    def linear_ms(self, nbytes: float, flops: float) -> float:
+        """Weight-streaming GEMMs: a roofline, bound by the weight stream or by tensor work."""
+        return max(self.mem_ms(nbytes), self.compute_ms(flops))
+
+    def collective_ms(self, nbytes: float, group: int, all_reduce: bool) -> float:
+        """Ring collective over ``group`` GPUs: all-reduce moves twice an all-gather's bytes."""
+        if group <= 1:
+            return 0.0
+        factor = 2.0 if all_reduce else 1.0
+        wire = factor * (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
+        return self.eff.collective_latency_us / 1e3 + wire
+
+    def host_ms(self, launches: float) -> float:
+        return launches * self.eff.launch_overhead_us / 1e3
+
+
+@dataclass(slots=True, frozen=True)
+class Forward:
+    """Per-GPU time of one forward pass, by component (ms)."""
+
+    weights: float
+    kv: float
+    matmul_fixed: float
+    comm: float
+    host: float
+
+    @property
+    def device(self) -> float:
+        return self.weights + self.kv + self.matmul_fixed + self.comm
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, tokens: int) -> float:
+    """Experts touched in one MoE layer when ``tokens`` each pick ``top_k`` (uniform routing)."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+def busiest_rank_experts(num_experts: int, top_k: int, tokens: int, ep: int) -> float:
+    """Experts the most loaded EP rank holds among those touched: the step waits for it."""
+    touched = expected_distinct_experts(num_experts, top_k, tokens)
+    if ep <= 1:
+        return touched
+    mean = touched / ep
+    # Balls-in-bins maximum load approximation; a rank cannot hold more than its share.
+    return min(num_experts / ep, mean + math.sqrt(2.0 * mean * math.log(ep)))
+
+
+def graphed(lp: LaunchParams, batch: int) -> int | None:
+    """The captured batch size a step of ``batch`` replays (padded), or None if it runs eagerly."""
+    return next((b for b in lp.capture_batch_sizes if b >= batch), None)
+
+
+def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, tokens_per_req: int,
+                   context: float, use_graph: bool) -> Forward:
+    tp, adp = lp.tp_size, (lp.tp_size if lp.enable_dp_attention else 1)
+    tokens = batch * tokens_per_req
+    experts = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size) if m.is_moe else 0
+    moe_tp = tp // lp.ep_size
+    attn_bytes = m.num_layers * m.attn_params_per_layer * BF16_BYTES / (tp // adp)
+    other_bf16 = (m.bf16_params - m.num_layers * m.attn_params_per_layer) * BF16_BYTES / tp
+    expert_bytes = m.num_moe_layers * experts * m.expert_bytes / moe_tp
+    linear_flops = 2.0 * tokens * _active_params(m) / tp
+    weights = node.linear_ms(attn_bytes + other_bf16 + expert_bytes, linear_flops)
+    kv = _attention_ms(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
+                       m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
+    matrices = (m.num_layers * C.MATMULS_PER_ATTENTION + 2 * m.num_dense_layers
+                + m.num_moe_layers * (2 * experts + (2 if m.shared_expert_params else 0)) + 1)
+    comm = _target_comm_ms(node, m, lp, tokens)
+    launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
+    host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
+    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host)
+
+
+def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
+                  committed_per_req: float, context: float, use_graph: bool) -> Forward:
+    """One DFlash drafter pass: ``block_size`` positions a request, plus fusing the tokens the
+    last step committed into the drafter's context K/V. Shares the target's LM head."""
+    tp = lp.tp_size
+    tokens = batch * lp.speculative_dflash_block_size
+    lm_head = m.vocab * m.hidden
+    weight_bytes = (d.weight_bytes + lm_head * BF16_BYTES) / tp
+    flops = 2.0 * (tokens * (d.num_layers * d.params_per_layer + lm_head)
+                   + batch * committed_per_req * d.fc_params) / tp
+    weights = node.linear_ms(weight_bytes, flops)
+    kv = _attention_ms(node, d.num_layers, d.kv_bytes_per_token_layer, d.kv_heads,
+                       d.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
+    matrices = d.num_layers * (C.MATMULS_PER_ATTENTION + 2) + 2
+    comm = (2 * d.num_layers * node.collective_ms(tokens * d.hidden * BF16_BYTES, tp, True)
+            + node.collective_ms(tokens * m.vocab * BF16_BYTES, tp, False))
+    launches = d.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
+    if lp.is_ddtree:
+        launches += C.TREE_BUILD_KERNELS
+    host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
+    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host)
+
+
+def _active_params(m: ModelArch) -> float:
+    routed = m.num_moe_layers * m.top_k * m.expert_params
+    return m.bf16_params + routed
+
+
+def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
+                  flops_per_ctx_layer: int, lp: LaunchParams, batch: int, tokens: int,
+                  context: float) -> float:
+    """Reads each request's prefix K/V once for all its tokens (verify is prefill-like)."""
+    tp = lp.tp_size
+    if lp.enable_dp_attention:  # each rank attends for its own requests with all heads
+        share = 1.0 / tp
+    else:  # MLA's latent (kv_heads == 0) is replicated on every TP rank; GQA splits by head
+        share = 1.0 / min(tp, kv_heads) if kv_heads else 1.0
+    kv_bytes = batch * context * layers * kv_bytes_layer * share
+    flops = tokens * context * layers * flops_per_ctx_layer / tp
+    return max(node.mem_ms(kv_bytes), node.compute_ms(flops))
+
+
+def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int) -> float:
+    tp = lp.tp_size
+    hidden_bytes = tokens * m.hidden * BF16_BYTES
+    if lp.enable_dp_attention:  # no attention all-reduce; MLP gathers tokens and scatters back
+        per_layer = 2 * node.collective_ms(hidden_bytes, tp, False)
+    else:  # one all-reduce after attention, one after the MLP / MoE (EP combines the same way)
+        per_layer = 2 * node.collective_ms(hidden_bytes, tp, True)
+    logits = node.collective_ms(tokens * m.vocab * BF16_BYTES, tp, False)
+    return m.num_layers * per_layer + logits

@@ -1,0 +1,141 @@
+"""SearchSpace: sample a flat parameter dict through Optuna, check constraints, enumerate a grid.
+
+Rules for absent parameters (a parameter whose `when` was false is not in the dict, so the
+defaults in ``LaunchParams`` apply):
+
+* a `when` (of a parameter or a constraint) that reads an absent parameter is false;
+* a constraint that reads an absent parameter holds: a rule about a knob that is not set does
+  not apply. Use a constraint `when` to say so explicitly;
+* a bound or a `derive` that reads an absent parameter is an error in the space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from search_spaces.errors import SpaceError
+from search_spaces.expr import Env
+from search_spaces.expr import Expr
+from search_spaces.params import Param
+
+
+@dataclass(slots=True, frozen=True)
+class Constraint:
+    """``expr`` must hold whenever ``when`` does (always, if ``when`` is None)."""
+
+    expr: Expr
+    when: Expr | None = None
+
+    @property
+    def source(self) -> str:
+        return self.expr.source
+
+    def holds(self, env: Env) -> bool:
+        if self.when is not None and not self.when.holds(env, if_unset=False):
+            return True
+        return self.expr.holds(env, if_unset=True)
+
+
+@dataclass(slots=True, frozen=True)
+class SearchSpace:
+    """A declarative search space, usually loaded from YAML by ``load_space``.
+
+    ``params`` are processed in order; each may read the context and the parameters before
+    it. ``context`` names the values the caller must supply (``gpus``, ``num_experts``, ...).
+    """
+
+    name: str
+    description: str
+    params: tuple[Param, ...]
+    constraints: tuple[Constraint, ...] = ()
+    context: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """Every parameter name in file order, derived ones included."""
+        return tuple(p.name for p in self.params)
+
+    def suggest(self, trial: optuna.trial.BaseTrial, context: Mapping[str, Any]) -> dict[str, Any]:
+        """Sample one configuration define-by-run through ``trial.suggest_*``.
+
+        Returns the flat params dict: sampled and derived values, without the parameters whose
+        `when` was false. Constraints are not enforced here; see ``violations``.
+        """
+        env = self._env(context)
+        params: dict[str, Any] = {}
+        for p in self.params:
+            if _active(p, env):
+                params[p.name] = env[p.name] = p.suggest(trial, env)
+        return params
+
+    def violations(self, params: Mapping[str, Any], context: Mapping[str, Any]) -> list[str]:
+        """The source of every constraint that ``params`` break (empty: feasible)."""
+        env = {**self._env(context), **params}
+        return [c.source for c in self.constraints if not c.holds(env)]
+
+    def grid(self, context: Mapping[str, Any], max_points_per_param: int = 8) -> Iterator[dict]:
+        """Every combination of the discretized space that satisfies the constraints.
+
+        Categoricals give all their choices; a numeric range gives all its values when there
+        are at most ``max_points_per_param``, else that many spread over it (log-spaced for
+        `log`), both ends included. A generator: the full product can be millions of points.
+        """
+        if max_points_per_param < 2:
+            raise SpaceError(f"{self.source}: max_points_per_param must be >= 2")
+        env = self._env(context)
+        ready = self._checkpoints()
+        if all(c.holds(env) for c in ready[0]):
+            yield from self._walk(0, env, {}, ready, max_points_per_param)
+
+    def _walk(
+        self,
+        i: int,
+        env: dict[str, Any],
+        params: dict[str, Any],
+        ready: list[list[Constraint]],
+        max_points: int,
+    ) -> Iterator[dict]:
+        if i == len(self.params):
+            yield dict(params)
+            return
+        p = self.params[i]
+        values = p.points(env, max_points) if _active(p, env) else [_ABSENT]
+        for value in values:
+            if value is not _ABSENT:
+                params[p.name] = env[p.name] = value
+            # Prune as soon as every name a constraint reads is decided.
+            if all(c.holds(env) for c in ready[i + 1]):
+                yield from self._walk(i + 1, env, params, ready, max_points)
+        params.pop(p.name, None)
+        env.pop(p.name, None)
+
+    def _checkpoints(self) -> list[list[Constraint]]:
+        """Constraints grouped by how many leading params must be decided to check them."""
+        position = {p.name: i + 1 for i, p in enumerate(self.params)}
+        ready: list[list[Constraint]] = [[] for _ in range(len(self.params) + 1)]
+        for c in self.constraints:
+            names = c.expr.names | (c.when.names if c.when else frozenset())
+            ready[max((position.get(n, 0) for n in names), default=0)].append(c)
+        return ready
+
+    def _env(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [n for n in self.context if n not in context]
+        if missing:
+            raise SpaceError(
+                f"{self.source}: space {self.name!r} needs context {', '.join(missing)} "
+                f"(given: {', '.join(sorted(context)) or 'nothing'})"
+            )
+        return {n: context[n] for n in self.context}
+
+
+_ABSENT = object()
+
+
+def _active(p: Param, env: Env) -> bool:
+    return p.when is None or p.when.holds(env, if_unset=False)

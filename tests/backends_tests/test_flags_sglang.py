@@ -1,0 +1,242 @@
+"""Golden SGLang argv, written out by hand from notes/serving_engines.md §1 and §3.1."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from backends.flags import LaunchTarget
+from backends.flags import UnsupportedParams
+from backends.flags import is_experimental
+from backends.flags import render_command
+from backends.flags import render_env
+from backends.launch_params import LaunchParams
+
+KIMI = "/models/Kimi-K2.6"
+DRAFTER = "/models/Kimi-K2.6-DFlash"
+TARGET = LaunchTarget(model_path=KIMI, drafter_path=DRAFTER)
+LAUNCH = ["python", "-m", "sglang.launch_server", "--model-path", KIMI, "--trust-remote-code"]
+HOST_PORT = ["--host", "127.0.0.1", "--port", "30000"]
+DFLASH_TP8_EP8 = LaunchParams(
+    tp_size=8, ep_size=8, speculative_algorithm="dflash", speculative_dflash_block_size=8,
+    max_running_requests=32, cuda_graph_max_bs=32, cuda_graph_bs_ladder="pow2",
+)
+
+
+def test_tp8_without_speculation_captures_dense_ladder():
+    argv = render_command("sglang", LaunchParams(tp_size=8), TARGET, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
+        "--cuda-graph-max-bs-decode", "32",
+        "--cuda-graph-bs-decode", "1", "2", "4", "8", "16", "24", "32",
+        *HOST_PORT,
+    ]
+
+
+def test_tp8_ep8_dflash_block8_at_0_5_23():
+    target = LaunchTarget(model_path=KIMI, drafter_path=DRAFTER, context_length=131072)
+    argv = render_command("sglang", DFLASH_TP8_EP8, target, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8", "--ep-size", "8",
+        "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", DRAFTER,
+        "--speculative-num-draft-tokens", "8",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "32",
+        "--cuda-graph-max-bs-decode", "32",
+        "--cuda-graph-bs-decode", "1", "2", "4", "8", "16", "32",
+        "--context-length", "131072",
+        *HOST_PORT,
+    ]
+    assert render_env("sglang", DFLASH_TP8_EP8, "0.5.23") == {}
+    assert not is_experimental("sglang", DFLASH_TP8_EP8)
+
+
+def test_tp8_ep8_dflash_agrees_with_the_notes_recipe():
+    # §3.1 "SGLang, TP8" plus "--ep-size 8"; flags this package does not model are dropped.
+    recipe = shlex.split(
+        "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --trust-remote-code "
+        "--tp-size 8 --ep-size 8 --speculative-algorithm DFLASH "
+        "--speculative-draft-model-path /models/Kimi-K2.6-DFlash "
+        "--speculative-num-draft-tokens 8 --mem-fraction-static 0.88 --max-running-requests 32 "
+        "--cuda-graph-max-bs-decode 32 --context-length 131072 --host 127.0.0.1 --port 30000"
+    )
+    target = LaunchTarget(model_path=KIMI, drafter_path=DRAFTER, context_length=131072)
+    argv = render_command("sglang", DFLASH_TP8_EP8, target)  # default version is 0.5.23
+    at = argv.index("--cuda-graph-bs-decode")
+    assert argv[:at] + argv[at + 7:] == recipe
+
+
+def test_tp8_ep8_dflash_at_0_5_12_uses_old_graph_flags():
+    argv = render_command("sglang", DFLASH_TP8_EP8, TARGET, "0.5.12")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8", "--ep-size", "8",
+        "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", DRAFTER,
+        "--speculative-num-draft-tokens", "8",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "32",
+        "--cuda-graph-max-bs", "32", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32",
+        *HOST_PORT,
+    ]
+
+
+def test_graphs_off_at_0_5_12_is_disable_cuda_graph():
+    params = LaunchParams(tp_size=8, cuda_graph=False, mem_fraction_static=0.9)
+    argv = render_command("sglang", params, TARGET, "0.5.12")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8",
+        "--mem-fraction-static", "0.9", "--max-running-requests", "48",
+        "--disable-cuda-graph",
+        *HOST_PORT,
+    ]
+
+
+def test_graphs_off_at_0_5_23_disables_both_phase_backends():
+    params = LaunchParams(tp_size=4, cuda_graph=False)
+    argv = render_command("sglang", params, TARGET, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "4",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        *HOST_PORT,
+    ]
+
+
+def test_0_5_16_uses_the_per_phase_graph_names():
+    params = LaunchParams(tp_size=8, max_running_requests=4)
+    argv = render_command("sglang", params, TARGET, "0.5.16")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "4",
+        "--cuda-graph-max-bs-decode", "4", "--cuda-graph-bs-decode", "1", "2", "4",
+        *HOST_PORT,
+    ]
+
+
+def test_ddtree_budget16_renders_pr_branch_flags_and_topk_env():
+    params = LaunchParams(
+        tp_size=8, speculative_algorithm="ddtree", speculative_dflash_block_size=8,
+        speculative_ddtree_budget=16, speculative_ddtree_topk=4, speculative_ddtree_max_depth=7,
+        max_running_requests=16, cuda_graph_max_bs=16,
+    )
+    argv = render_command("sglang", params, TARGET, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8",
+        "--speculative-algorithm", "DDTREE",
+        "--speculative-draft-model-path", DRAFTER,
+        "--speculative-num-draft-tokens", "8",
+        "--speculative-ddtree-budget", "16",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "16",
+        "--cuda-graph-max-bs-decode", "16", "--cuda-graph-bs-decode", "1", "2", "4", "8", "16",
+        *HOST_PORT,
+    ]
+    assert render_env("sglang", params, "0.5.23") == {"SGLANG_DDTREE_MAX_TOPK": "4"}
+    assert is_experimental("sglang", params)
+
+
+def test_ddtree_depth_below_draft_length_is_unsupported():
+    params = LaunchParams(speculative_algorithm="ddtree", speculative_dflash_block_size=8,
+                          speculative_ddtree_max_depth=5)
+    with pytest.raises(UnsupportedParams, match="speculative_ddtree_max_depth=5"):
+        render_command("sglang", params, TARGET)
+
+
+def test_attention_dp_at_0_5_23_uses_attn_dp_size_and_dp_lm_head():
+    params = LaunchParams(tp_size=8, enable_dp_attention=True, cuda_graph=False)
+    argv = render_command("sglang", params, TARGET, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8", "--attn-dp-size", "8", "--enable-dp-lm-head",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        *HOST_PORT,
+    ]
+
+
+def test_attention_dp_with_dflash_at_0_5_23_turns_off_prefill_coordination():
+    params = LaunchParams(tp_size=8, enable_dp_attention=True, speculative_algorithm="dflash",
+                          cuda_graph=False)
+    argv = render_command("sglang", params, TARGET, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8", "--attn-dp-size", "8", "--enable-dp-lm-head",
+        "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", DRAFTER,
+        "--speculative-num-draft-tokens", "8",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        *HOST_PORT,
+    ]
+    assert render_env("sglang", params, "0.5.23") == {
+        "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "0"
+    }
+
+
+def test_attention_dp_at_0_5_21_uses_enable_dp_attention_with_dp_size():
+    params = LaunchParams(tp_size=8, enable_dp_attention=True, cuda_graph=False)
+    argv = render_command("sglang", params, TARGET, "0.5.21")
+    assert argv == [
+        *LAUNCH, "--tp-size", "8", "--enable-dp-attention", "--dp-size", "8",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        *HOST_PORT,
+    ]
+
+
+@pytest.mark.parametrize("algorithm", ["dflash", "ddtree"])
+@pytest.mark.parametrize("version", ["0.5.21", "0.5.22"])
+def test_speculation_with_attention_dp_before_0_5_23_is_unsupported(algorithm, version):
+    params = LaunchParams(tp_size=8, enable_dp_attention=True, speculative_algorithm=algorithm)
+    with pytest.raises(UnsupportedParams, match="enable_dp_attention"):
+        render_command("sglang", params, TARGET, version)
+
+
+def test_replicas_with_legacy_attention_dp_are_unsupported():
+    params = LaunchParams(tp_size=4, dp_size=2, enable_dp_attention=True)
+    with pytest.raises(UnsupportedParams, match="dp_size=2"):
+        render_command("sglang", params, TARGET, "0.5.21")
+
+
+def test_dp_replicas_render_dp_size():
+    params = LaunchParams(tp_size=4, dp_size=2, cuda_graph=False, mem_fraction_static=0.91234)
+    argv = render_command("sglang", params, TARGET, "0.5.23")
+    assert argv == [
+        *LAUNCH, "--tp-size", "4", "--dp-size", "2",
+        "--mem-fraction-static", "0.912", "--max-running-requests", "48",
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        *HOST_PORT,
+    ]
+
+
+def test_speculation_without_drafter_is_unsupported():
+    params = LaunchParams(speculative_algorithm="dflash")
+    with pytest.raises(UnsupportedParams, match="needs drafter_path"):
+        render_command("sglang", params, LaunchTarget(model_path=KIMI))
+
+
+def test_no_trust_remote_code_and_custom_host_port():
+    target = LaunchTarget(model_path=KIMI, host="0.0.0.0", port=31000, trust_remote_code=False)
+    argv = render_command("sglang", LaunchParams(tp_size=1, cuda_graph=False), target, "0.5.11")
+    assert argv == [
+        "python", "-m", "sglang.launch_server", "--model-path", KIMI, "--tp-size", "1",
+        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
+        "--disable-cuda-graph", "--host", "0.0.0.0", "--port", "31000",
+    ]
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.24", "0.6.0"])
+def test_unsupported_version_lists_ranges(version):
+    ranges = r"0\.5\.11-0\.5\.13, 0\.5\.14-0\.5\.21, 0\.5\.22, 0\.5\.23"
+    with pytest.raises(ValueError, match=ranges):
+        render_command("sglang", LaunchParams(), TARGET, version)
+
+
+@pytest.mark.parametrize("version", ["latest", "", "0.5.x", "five"])
+def test_unparsable_version_is_value_error(version):
+    with pytest.raises(ValueError, match="version"):
+        render_command("sglang", LaunchParams(), TARGET, version)
+
+
+def test_post_release_uses_its_base_version_table():
+    params = LaunchParams(cuda_graph=False)
+    assert (render_command("sglang", params, TARGET, "0.5.12.post1")
+            == render_command("sglang", params, TARGET, "0.5.12"))
