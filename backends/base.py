@@ -103,6 +103,10 @@ class Backend(abc.ABC):
     def flags(self, params: dict[str, Any]) -> list[str]:
         """The launch command for ``params`` as an argv list (what ``best --emit-flags`` prints)."""
 
+    def env(self, params: dict[str, Any]) -> dict[str, str]:
+        """Environment variables the launch needs beside its flags (none by default)."""
+        return {}
+
     @abc.abstractmethod
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
         """Measure ``params`` at every concurrency level of ``workload``."""

@@ -103,6 +103,9 @@ class _SpaceModel(_Model):
     constraints: list[Any] = []
 
 
+_KEY_MSG = "{key} is not a string (YAML reads yes/no/on/off as booleans: quote such names)"
+
+
 @dataclass(slots=True)
 class _Scope:
     """Names an expression may read at the current point of the file."""
@@ -115,10 +118,11 @@ class _Scope:
         expr = compile_expr(value, f"{self.source}: {path}")
         for name in sorted(expr.names - set(self.defined)):
             if name in self.params:
-                why = "which is not defined before it (params are processed in file order)"
+                why = "is not defined yet: expressions read only earlier params (file order)"
             else:
-                why = f"which is unknown; available here: {', '.join(self.defined) or 'none'}"
-            raise SpaceError(f"{self.source}: {path}: {value!r} reads {name!r}, {why}")
+                available = ", ".join(self.defined) or "none"
+                why = f"is unknown; available here: {available} (caller names go in `context:`)"
+            raise SpaceError(f"{self.source}: {path}: {name!r} in {value!r} {why}")
         return expr
 
     def maybe(self, value: str | None, path: str) -> Expr | None:
@@ -131,6 +135,11 @@ def space_from_dict(
     """Build a SearchSpace from a parsed YAML document; ``source`` names it in errors."""
     if not isinstance(data, dict):
         raise SpaceError(f"{source}: the document must be a mapping with name, params, ...")
+    for section in ("context", "params"):
+        mapping = data.get(section)
+        for key in mapping if isinstance(mapping, dict) else ():
+            if not isinstance(key, str):
+                raise SpaceError(f"{source}: {section}: {_KEY_MSG.format(key=repr(key))}")
     doc = _validate(_SpaceModel, data, source, "")
     for name in doc.context:
         _check_name(name, source, f"context.{name}", taken=())
@@ -150,6 +159,8 @@ def space_from_dict(
 
 def _param(name: str, raw: dict[str, Any], scope: _Scope) -> Param:
     path = f"params.{name}"
+    if "derive" in raw and "type" in raw:
+        raise SpaceError(f"{scope.source}: {path}: `derive` and `type` exclude each other")
     kind = "derive" if "derive" in raw else raw.get("type")
     if kind not in _KINDS:
         expected = "int, float, categorical (or `derive: <expr>` without a type)"
@@ -181,9 +192,9 @@ def _categorical_param(
 ) -> CategoricalParam:
     if not m.choices:
         raise SpaceError(f"{scope.source}: {path}.choices: must not be empty")
-    # Keyed by type too: 1 == True in Python, but they are different choices.
-    if len({(type(c), c) for c in m.choices}) < len(m.choices):
-        raise SpaceError(f"{scope.source}: {path}.choices: duplicate choices {m.choices}")
+    # By equality, as Optuna looks choices up: 1, 1.0 and True are one choice to it.
+    if len(set(m.choices)) < len(m.choices):
+        raise SpaceError(f"{scope.source}: {path}.choices: duplicate choices in {m.choices}")
     when = scope.maybe(m.when, f"{path}.when")
     return CategoricalParam(name, tuple(m.choices), when, f"{scope.source}: {path}")
 
@@ -241,10 +252,12 @@ def _validate(model: type[_Model], data: Any, source: str, prefix: str) -> Any:
 
 
 def _error_line(err: Any, model: type[_Model], source: str, prefix: str) -> str:
-    path = prefix
-    for part in err["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else f"{'.' if path else ''}{part}"
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+    loc, msg = list(err["loc"]), err["msg"]
+    if loc and loc[-1] == "[key]":  # pydantic has turned the key into a loc part by now
+        loc, msg = loc[:-2], _KEY_MSG.format(key="a key")
+    elif err["type"] == "extra_forbidden" and len(loc) == 1:
         msg = f"unknown key (allowed: {', '.join(model.model_fields)})"
+    path = prefix
+    for part in loc:
+        path += f"[{part}]" if type(part) is int else f"{'.' if path else ''}{part}"
     return f"{source}: {path or 'document'}: {msg}"

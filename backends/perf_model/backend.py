@@ -12,6 +12,7 @@ from backends.base import Workload
 from backends.deployment import Deployment
 from backends.flags import UnsupportedParams
 from backends.flags import render_command
+from backends.flags import render_env
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from backends.perf_model.acceptance import AcceptanceProfile
@@ -50,6 +51,10 @@ class PerfModelBackend(Backend):
         return render_command(d.engine, LaunchParams.from_params(params), d.target,
                               d.engine_version, d.flag_overrides)
 
+    def env(self, params: dict[str, Any]) -> dict[str, str]:
+        d = self.deployment
+        return render_env(d.engine, LaunchParams.from_params(params), d.engine_version)
+
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
         try:
             setup = self.setup(params, workload)
@@ -57,6 +62,9 @@ class PerfModelBackend(Backend):
             return self._failed(workload, FailureClass.UNSUPPORTED, str(err))
         except InvalidParams as err:
             return self._failed(workload, FailureClass.INVALID_CONFIG, str(err))
+        except (TypeError, ValueError) as err:  # a wrongly typed value, e.g. tp_size="8"
+            return self._failed(workload, FailureClass.INVALID_CONFIG,
+                                f"{type(err).__name__}: {err}")
         if setup.plan.infeasible:
             return self._failed(workload, FailureClass.OOM, setup.plan.infeasible)
         return [predict(setup, workload, c) for c in workload.concurrency]

@@ -60,10 +60,13 @@ def plan_memory(m: ModelArch, d: DrafterArch | None, lp: LaunchParams, memory_gi
 
 def _target_weights_gib(m: ModelArch, lp: LaunchParams) -> float:
     tp = lp.tp_size
-    attn = m.num_layers * m.attn_params_per_layer * BF16_BYTES
-    # Attention-DP replicates attention weights on every rank of the TP group.
-    attn_share = attn if lp.enable_dp_attention else attn / tp
-    return (attn_share + (m.weight_bytes - attn) / tp) / GIB
+    routed = m.num_moe_layers * m.num_experts * m.expert_bytes
+    bf16 = m.weight_bytes - routed
+    # Attention-DP replicates the BF16 non-expert weights (attention, dense and shared MLPs,
+    # embedding, LM head) on every rank of the TP group: ~22 GiB for Kimi K2.6
+    # (REFERENCE_NUMBERS.md), which is why attention-DP8 does not fit on 96 GB cards.
+    bf16_share = bf16 if lp.enable_dp_attention else bf16 / tp
+    return (bf16_share + routed / tp) / GIB
 
 
 def _kv_bytes_per_token_gpu(m: ModelArch, d: DrafterArch | None, lp: LaunchParams) -> float:

@@ -1,0 +1,48 @@
+"""Run the backend contract against every backend that runs on CPU."""
+
+from __future__ import annotations
+
+import pytest
+from contract import BackendContract
+
+from backends import Workload
+from backends import get_backend
+
+DFLASH = {"ep_size": 8, "speculative_algorithm": "dflash", "speculative_dflash_block_size": 8}
+
+
+class TestModelBackendContract(BackendContract):
+    """The performance model, on the user's node (8x RTX PRO 6000, Kimi K2.6, block-8 drafter)."""
+
+    @pytest.fixture
+    def backend(self, pcie8_reference):
+        return get_backend("model", pcie8_reference.deployment)
+
+    @pytest.fixture
+    def workload(self):
+        # 256 is past the KV pool's ~149 requests, so the queueing branch is covered too.
+        return Workload(input_len=1024, output_len=512, concurrency=(1, 4, 64, 256))
+
+    @pytest.fixture(params=["tp8", "ep8_dflash_eager", "ep8_ddtree"])
+    def good_params(self, request):
+        return {
+            "tp8": {"max_running_requests": 256, "cuda_graph_max_bs": 256},
+            "ep8_dflash_eager": {**DFLASH, "cuda_graph": False},
+            "ep8_ddtree": {**DFLASH, "speculative_algorithm": "ddtree",
+                           "speculative_ddtree_budget": 16, "speculative_ddtree_topk": 2},
+        }[request.param]
+
+    @pytest.fixture
+    def bad_params(self):
+        return {
+            "unknown name": {"tp_size": 8, "enable_magic": True},
+            "ep does not divide tp": {"tp_size": 8, "ep_size": 3},
+            "gpus mismatch": {"tp_size": 4, "dp_size": 1},
+            "wrongly typed value": {"tp_size": "8"},
+            "block above the drafter's": {**DFLASH, "speculative_dflash_block_size": 16},
+            "mem fraction out of range": {"mem_fraction_static": 1.2},
+        }
+
+    @pytest.fixture
+    def oom_params(self):
+        return {"tp_size": 4, "dp_size": 2}  # two replicas of ~594 GB on 96 GB cards

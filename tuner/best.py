@@ -1,0 +1,99 @@
+"""``dflash-tune best``: the configuration to run, as a table, a record or a launch command."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from backends.flags import is_experimental
+from backends.flags import render_command
+from backends.flags import render_env
+from backends.launch_params import InvalidParams
+from backends.launch_params import LaunchParams
+from tuner import records
+from tuner.config import Config
+from tuner.errors import NoResultError
+from tuner.records import TrialRecord
+from tuner.selection import Candidate
+from tuner.selection import choose
+from tuner.sla import Limit
+from tuner.wiring import launch_target_from
+
+
+@dataclass(slots=True)
+class BestResult:
+    chosen: Candidate
+    front: list[Candidate]
+    engine: str
+    argv: list[str]
+    env: dict[str, str]
+    experimental: bool
+    limits: list[Limit]
+    target_concurrency: int
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.chosen.trial
+        return {
+            "trial": t.trial_number, "engine": self.engine, "params": t.params,
+            "output_tok_s_at_target": self.chosen.throughput,
+            "tok_s_per_user_at_1": self.chosen.per_user,
+            "target_concurrency": self.target_concurrency,
+            "sla": [str(limit) for limit in self.limits], "argv": self.argv, "env": self.env,
+            "experimental": self.experimental,
+        }
+
+
+def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestResult:
+    db = records.connect(cfg.study.storage)
+    stored = records.load_study_config(db, cfg.study.name)
+    if stored is None:
+        known = ", ".join(records.study_names(db)) or "none"
+        raise NoResultError(f"no study named {cfg.study.name!r} in {cfg.study.storage} "
+                            f"(studies: {known}); run `dflash-tune run` first")
+    run_cfg = Config.model_validate(stored)  # flags and SLA follow what the study ran with
+    engine = engine or run_cfg.backend.engine
+    limits = [Limit.parse(s) for s in sla] if sla is not None else run_cfg.workload.limits
+    target = run_cfg.workload.target_concurrency
+    launch = launch_target_from(run_cfg)
+    version = run_cfg.backend.engine_version if engine == run_cfg.backend.engine else None
+    overrides = run_cfg.backend.flag_overrides if engine == run_cfg.backend.engine else {}
+
+    def argv_of(trial: TrialRecord) -> list[str] | None:
+        try:
+            lp = LaunchParams.from_params(trial.params)
+            return render_command(engine, lp, launch, version, overrides)
+        except InvalidParams:  # includes what this engine cannot express
+            return None
+
+    chosen, front = choose(records.load_trials(db, cfg.study.name), target, limits,
+                           usable=lambda t: argv_of(t) is not None)
+    lp = LaunchParams.from_params(chosen.trial.params)
+    return BestResult(chosen=chosen, front=front, engine=engine, argv=argv_of(chosen.trial),
+                      env=render_env(engine, lp, version), experimental=is_experimental(engine, lp),
+                      limits=limits, target_concurrency=target)
+
+
+def format_command(result: BestResult, fmt: str) -> str:
+    """The launch command alone: shell (env prefix when needed), or argv + env as JSON/YAML."""
+    from backends.flags import render_shell
+
+    if fmt == "shell":
+        prefix = ["env", *(f"{k}={v}" for k, v in sorted(result.env.items()))] if result.env else []
+        return render_shell(prefix + result.argv)
+    return _dump({"argv": result.argv, "env": result.env}, fmt)
+
+
+def format_record(result: BestResult, fmt: str) -> str:
+    if fmt == "shell":
+        return format_command(result, fmt)
+    return _dump(result.as_dict(), fmt)
+
+
+def _dump(data: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=True)
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=True)
+

@@ -1,0 +1,134 @@
+"""The ``dflash-tune`` command. Command bodies are thin: parse, call, render; heavy imports
+(optuna, the performance model) happen inside commands so that ``best`` starts fast."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+from typing import Optional
+
+import typer
+
+from tuner import render
+from tuner.errors import TunerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Tune parallelism and DFlash/DDTree speculation for LLM serving.")
+
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", "-c", help="tuner.yaml to read (default: ./tuner.yaml if present, else built-in "
+    "defaults for the reference node).")]
+StudyOpt = Annotated[Optional[str], typer.Option("--study", help="Study name (overrides the file).")]
+StorageOpt = Annotated[Optional[str], typer.Option(
+    "--storage", help="SQLAlchemy URL of the results DB, e.g. sqlite:///results.db.")]
+
+
+class OutputFormat(str, Enum):
+    shell = "shell"
+    json = "json"
+    yaml = "yaml"
+
+
+class Engine(str, Enum):
+    sglang = "sglang"
+    vllm = "vllm"
+
+
+def _config(path: Path | None, **overrides):
+    from tuner.config import load_config
+
+    if path is None and Path("tuner.yaml").is_file():
+        path = Path("tuner.yaml")
+    return load_config(path, overrides)
+
+
+@app.command()
+def run(config: ConfigOpt = None, backend: Annotated[Optional[str], typer.Option(
+            help="Backend to measure with (model, ...).")] = None,
+        trials: Annotated[Optional[int], typer.Option(
+            help="Total trials the study should hold; a resumed study runs the rest.")] = None,
+        storage: StorageOpt = None, study: StudyOpt = None) -> None:
+    """Run (or resume) a study and store every trial in the results DB."""
+    cfg = _config(config, **{"backend.name": backend, "study.n_trials": trials,
+                             "study.storage": storage, "study.name": study})
+    from tuner.runner import run_study
+
+    try:
+        ran = run_study(cfg)
+    except KeyboardInterrupt:
+        render.note("interrupted: finished trials are kept; run again to resume", "yellow")
+        raise typer.Exit(130)
+    render.note(f"{ran} trials run; `dflash-tune best` picks the configuration to launch")
+
+
+@app.command()
+def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
+         sla: Annotated[Optional[list[str]], typer.Option(
+             help="Limit at the target concurrency, e.g. 'tpot_p50_ms<=30' (repeatable; "
+             "replaces the study's SLA).")] = None,
+         emit_flags: Annotated[bool, typer.Option(
+             "--emit-flags", help="Print only the launch command on stdout.")] = False,
+         backend: Annotated[Optional[Engine], typer.Option(
+             help="Engine whose flags to emit (default: the study's).")] = None,
+         fmt: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.shell) -> None:
+    """Pick the best configuration under the SLA and print how to launch it."""
+    from tuner.best import find_best
+    from tuner.best import format_command
+    from tuner.best import format_record
+
+    cfg = _config(config, **{"study.storage": storage, "study.name": study})
+    result = find_best(cfg, backend.value if backend else None, sla)
+    if not emit_flags:
+        _best_table(result)
+    if result.experimental:
+        render.note("DDTree is in no released engine: this command targets SGLang's DDTREE "
+                    "branch (PR #29907).", "yellow")
+    render.emit(format_command(result, fmt.value) if emit_flags
+                else format_record(result, fmt.value))
+
+
+@app.command()
+def calibrate(reference: Annotated[str, typer.Option(
+        help="Shipped reference name or a reference YAML file.")] = "pcie8_kimi_sglang") -> None:
+    """Fit the performance model's efficiency constants to measured numbers."""
+    from tuner.calibration import calibrate_reference
+
+    calibrate_reference(reference)
+
+
+def _best_table(result) -> None:
+    rows = [(c.trial.trial_number, "*" if c is result.chosen else "", c.throughput, c.per_user,
+             _summary(c.trial.params)) for c in result.front[:10]]
+    render.table(f"Pareto front at concurrency {result.target_concurrency} "
+                 f"(SLA: {', '.join(map(str, result.limits)) or 'none'})",
+                 ["trial", "", "output tok/s", "tok/s/user @1", "configuration"], rows)
+
+
+def _summary(params: dict) -> str:
+    keys = ("tp_size", "dp_size", "ep_size", "speculative_algorithm",
+            "speculative_dflash_block_size", "speculative_ddtree_budget", "cuda_graph",
+            "max_running_requests")
+    return " ".join(f"{k.replace('speculative_', '')}={params[k]}" for k in keys if k in params)
+
+
+def main() -> None:
+    """Entry point: known errors become one line and an exit code; tracebacks on request."""
+    from search_spaces import SpaceError
+
+    try:
+        app()
+    except TunerError as err:
+        _fail(err, err.exit_code)
+    except (SpaceError, FileNotFoundError, ValueError) as err:
+        _fail(err, 2)
+
+
+def _fail(err: Exception, code: int) -> None:
+    if os.environ.get("DFLASH_TUNE_DEBUG") == "1":
+        raise err
+    for line in str(err).splitlines() or [type(err).__name__]:
+        render.error(line)
+    sys.exit(code)

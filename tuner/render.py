@@ -1,0 +1,65 @@
+"""The CLI's one output sink: machine output on stdout, everything human on stderr (Rich)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from collections.abc import Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+human = Console(stderr=True, highlight=False)
+
+
+def emit(text: str) -> None:
+    """Machine-readable output: stdout, nothing else ever goes there."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def note(text: str, style: str = "") -> None:
+    human.print(Text(text, style=style), soft_wrap=True)
+
+
+def error(text: str) -> None:
+    human.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
+
+
+@contextmanager
+def trial_progress(total: int, already: int) -> Iterator[Any]:
+    columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
+    with Progress(*columns, console=human, transient=False) as bar:
+        task = bar.add_task("trials", total=total, completed=already, best="-")
+
+        def update(best_tok_s: float | None) -> None:
+            best = f"{best_tok_s:,.0f} tok/s" if best_tok_s is not None else "-"
+            bar.update(task, advance=1, best=best)
+
+        yield update
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    t = Table(title=Text(title), title_justify="left")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*(_cell(v) for v in row))
+    human.print(t)
+
+
+def _cell(value: Any) -> Text:
+    """Cells are plain text: user strings (study names, paths) are never read as markup."""
+    if isinstance(value, float):
+        return Text(f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}")
+    return Text("" if value is None else str(value))

@@ -1,0 +1,78 @@
+"""Open (or resume) the Optuna study a config describes and run trials into it."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import optuna
+
+from tuner.config import Config
+
+# The baseline is always measured: plain decoding, everything else sampled.
+BASELINE = {"speculative_algorithm": "none"}
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    """Samplers are named explicitly: Optuna 5 changed TPE's defaults, so pin them here."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # Grouped multivariate TPE samples a conditional space jointly, once per trial, which
+        # also spares a storage read per parameter.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          constant_liar=False)
+
+
+def open_study(cfg: Config, n_objectives: int = 2) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(
+        cfg.study.storage, engine_kwargs=_engine_kwargs(cfg.study.storage))
+    return optuna.create_study(
+        study_name=cfg.study.name, storage=storage, load_if_exists=True,
+        directions=["maximize"] * n_objectives,
+        sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
+
+
+def finished_trials(study: optuna.Study) -> int:
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
+              optuna.trial.TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def enqueue_baseline(study: optuna.Study) -> None:
+    study.enqueue_trial(BASELINE, skip_if_exists=True)
+
+
+@dataclass(slots=True)
+class Progress:
+    """What the progress display needs after each trial."""
+
+    done: int
+    best_tok_s: float | None
+
+
+def run_trials(study: optuna.Study, objective: Callable, n_trials: int,
+               on_trial: Callable[[Progress], None], catch: tuple[type[Exception], ...]) -> None:
+    best: list[float | None] = [None]
+
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.state == optuna.trial.TrialState.COMPLETE and _feasible(trial):
+            value = trial.values[0]
+            best[0] = value if best[0] is None else max(best[0], value)
+        on_trial(Progress(done=trial.number, best_tok_s=best[0]))
+
+    study.optimize(objective, n_trials=n_trials, callbacks=[callback], catch=catch,
+                   gc_after_trial=False)
+
+
+def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    return all(v <= 0 for v in trial.constraints.values())
+
+
+def _engine_kwargs(url: str) -> dict:
+    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}

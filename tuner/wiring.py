@@ -1,0 +1,60 @@
+"""From a validated :class:`Config` to the objects backends and spaces take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends import Backend
+from backends import Deployment
+from backends import DrafterSpec
+from backends import Workload
+from backends import get_backend
+from backends.flags import LaunchTarget
+from tuner.config import Config
+
+
+def launch_target_from(cfg: Config) -> LaunchTarget:
+    b, d = cfg.backend, cfg.drafter
+    return LaunchTarget(model_path=cfg.model.path, drafter_path=d.path if d else None,
+                        host=b.host, port=b.port, context_length=b.context_length,
+                        extra_args=tuple(b.extra_args))
+
+
+def deployment_from(cfg: Config) -> Deployment:
+    b, d = cfg.backend, cfg.drafter
+    target = launch_target_from(cfg)
+    drafter = d and DrafterSpec(
+        block_size=d.block_size, num_layers=d.num_layers, target_layers=tuple(d.target_layers),
+        num_heads=d.num_heads, num_kv_heads=d.num_kv_heads, head_dim=d.head_dim,
+        intermediate_size=d.intermediate_size, acceptance=tuple(d.acceptance),
+        rank_decay=d.rank_decay)
+    return Deployment(gpu=cfg.hardware.gpu, gpus=cfg.hardware.gpus, model=cfg.model.name,
+                      target=target, drafter=drafter, engine=b.engine,
+                      engine_version=b.engine_version, flag_overrides=dict(b.flag_overrides))
+
+
+def workload_from(cfg: Config) -> Workload:
+    w = cfg.workload
+    return Workload(input_len=w.input_len, output_len=w.output_len,
+                    concurrency=tuple(w.concurrency))
+
+
+def backend_from(cfg: Config) -> Backend:
+    options: dict[str, Any] = {}
+    if cfg.backend.name == "model":
+        from backends.perf_model import Efficiency
+
+        options["efficiency"] = Efficiency(**cfg.backend.efficiency)
+    return get_backend(cfg.backend.name, deployment_from(cfg), **options)
+
+
+def space_context(cfg: Config) -> dict[str, Any]:
+    """Names a search space's expressions may use about this deployment."""
+    from backends.perf_model.catalog import load_model
+
+    model = load_model(cfg.model.name)
+    return {
+        "gpus": cfg.hardware.gpus,
+        "num_experts": model.num_experts,
+        "drafter_block_size": cfg.drafter.block_size if cfg.drafter else 1,
+    }
