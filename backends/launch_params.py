@@ -101,3 +101,22 @@ class LaunchParams:
         else:  # SGLang-style: small sizes, then every 8.
             ladder = [1, 2, 4] + list(range(8, top + 1, 8))
         return tuple(sorted({b for b in ladder if b <= top} | {top}))
+
+    def label(self) -> str:
+        """Short human name, e.g. ``TP8 EP8 dflash b8 graphs<=32 run48 mem0.88``."""
+        parts = [f"TP{self.tp_size}" + (f"xDP{self.dp_size}" if self.dp_size > 1 else "")]
+        if self.ep_size > 1:
+            parts.append(f"EP{self.ep_size}")
+        if self.enable_dp_attention:
+            parts.append("attnDP")
+        if self.is_ddtree:
+            parts.append(f"ddtree b{self.speculative_dflash_block_size} "
+                         f"B{self.speculative_ddtree_budget} k{self.speculative_ddtree_topk} "
+                         f"d{self.tree_depth}")
+        elif self.speculative:
+            parts.append(f"dflash b{self.speculative_dflash_block_size}")
+        else:
+            parts.append("plain")
+        parts.append(f"graphs<={max(self.capture_batch_sizes)}" if self.cuda_graph else "eager")
+        parts.append(f"run{self.max_running_requests} mem{self.mem_fraction_static:g}")
+        return " ".join(parts)

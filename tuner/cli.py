@@ -108,10 +108,9 @@ def _best_table(result) -> None:
 
 
 def _summary(params: dict) -> str:
-    keys = ("tp_size", "dp_size", "ep_size", "speculative_algorithm",
-            "speculative_dflash_block_size", "speculative_ddtree_budget", "cuda_graph",
-            "max_running_requests")
-    return " ".join(f"{k.replace('speculative_', '')}={params[k]}" for k in keys if k in params)
+    from backends.launch_params import LaunchParams
+
+    return LaunchParams.from_params(params).label()
 
 
 def main() -> None:

@@ -1,0 +1,182 @@
+"""The shipped space for the user's node, checked against hand-written Python rules."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import fields
+from itertools import product
+from typing import Any
+
+import optuna
+import pytest
+
+from backends.launch_params import LaunchParams
+from search_spaces import SearchSpace
+from search_spaces import load_space
+
+CONTEXT = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8}
+KNOWN = {f.name for f in fields(LaunchParams)}
+BATCH_CHOICES = [8, 16, 32, 64, 128, 256]
+RUNNING_CHOICES = [16, 32, 48, 64, 128, 256]
+
+
+@pytest.fixture(scope="module")
+def space() -> SearchSpace:
+    return load_space("pcie8_kimi", known_params=KNOWN)
+
+
+@pytest.fixture(scope="module")
+def samples(space: SearchSpace) -> list[dict[str, Any]]:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    out = []
+    for _ in range(200):
+        trial = study.ask()
+        out.append(space.suggest(trial, CONTEXT))
+        study.tell(trial, 0.0)
+    return out
+
+
+def expected_violations(p: dict[str, Any]) -> list[str]:
+    """The file's constraints, in file order, written out in plain Python."""
+    ddtree, graphs = p["speculative_algorithm"] == "ddtree", p["cuda_graph"]
+    rules = [
+        ("tp_size * dp_size == gpus", p["tp_size"] * p["dp_size"] == 8),
+        ("num_experts % ep_size == 0", 384 % p["ep_size"] == 0),
+        ("ep_size <= tp_size", p["ep_size"] <= p["tp_size"]),
+        ("tp_size % ep_size == 0", p["tp_size"] % p["ep_size"] == 0),
+        (
+            "speculative_ddtree_budget >= speculative_dflash_block_size - 1",
+            not ddtree
+            or p["speculative_ddtree_budget"] >= p["speculative_dflash_block_size"] - 1,
+        ),
+        (
+            "cuda_graph_max_bs <= max_running_requests",
+            not graphs or p["cuda_graph_max_bs"] <= p["max_running_requests"],
+        ),
+        ("tp_size == gpus", not p["enable_dp_attention"] or p["tp_size"] == 8),
+    ]
+    return [source for source, ok in rules if not ok]
+
+
+def test_sampled_values_stay_in_their_ranges(samples: list[dict[str, Any]]) -> None:
+    for p in samples:
+        assert set(p) <= KNOWN
+        assert p["tp_size"] in (4, 8) and p["ep_size"] in (1, 4, 8)
+        assert p["dp_size"] == 8 // p["tp_size"]
+        assert p["max_running_requests"] in RUNNING_CHOICES
+        assert 0.80 - 1e-9 <= p["mem_fraction_static"] <= 0.92 + 1e-9
+        steps = (p["mem_fraction_static"] - 0.80) / 0.02
+        assert abs(steps - round(steps)) < 1e-6
+        if "speculative_dflash_block_size" in p:
+            block = p["speculative_dflash_block_size"]
+            assert 2 <= block <= 8
+        if "speculative_ddtree_budget" in p:
+            assert block - 1 <= p["speculative_ddtree_budget"] <= 128
+            assert 1 <= p["speculative_ddtree_topk"] <= 8
+            assert 1 <= p["speculative_ddtree_max_depth"] <= block - 1
+        if "cuda_graph_max_bs" in p:
+            assert p["cuda_graph_max_bs"] in BATCH_CHOICES
+            assert p["cuda_graph_bs_ladder"] in ("pow2", "dense")
+
+
+def test_conditional_params_present_exactly_when_enabled(samples: list[dict[str, Any]]) -> None:
+    for p in samples:
+        speculative = p["speculative_algorithm"] != "none"
+        ddtree = p["speculative_algorithm"] == "ddtree"
+        assert ("speculative_dflash_block_size" in p) == speculative
+        for name in ("budget", "topk", "max_depth"):
+            assert (f"speculative_ddtree_{name}" in p) == ddtree
+        assert ("cuda_graph_max_bs" in p) == p["cuda_graph"]
+        assert ("cuda_graph_bs_ladder" in p) == p["cuda_graph"]
+    assert {p["speculative_algorithm"] for p in samples} == {"none", "dflash", "ddtree"}
+
+
+def test_violations_match_the_constraints(
+    space: SearchSpace, samples: list[dict[str, Any]]
+) -> None:
+    for p in samples:
+        assert space.violations(p, CONTEXT) == expected_violations(p)
+    feasible = [p for p in samples if not expected_violations(p)]
+    assert 0 < len(feasible) < len(samples)  # both outcomes exercised
+
+
+def test_launch_params_accept_every_feasible_sample(
+    space: SearchSpace, samples: list[dict[str, Any]]
+) -> None:
+    feasible = [p for p in samples if not space.violations(p, CONTEXT)]
+    assert any(p["speculative_algorithm"] == "ddtree" for p in feasible)
+    for p in feasible:
+        LaunchParams.from_params(p)
+
+
+def three_points(low: int, high: int, log: bool = False) -> list[int]:
+    """What grid(max_points_per_param=3) should give for an int range."""
+    if high - low + 1 <= 3:
+        return list(range(low, high + 1))
+    middle = round(math.sqrt(low * high)) if log else low + round((high - low) / 2)
+    return [low, middle, high]
+
+
+def speculative_options(algorithm: str) -> list[dict[str, Any]]:
+    if algorithm == "none":
+        return [{}]
+    blocks = three_points(2, 8)
+    if algorithm == "dflash":
+        return [{"speculative_dflash_block_size": b} for b in blocks]
+    return [
+        {
+            "speculative_dflash_block_size": b,
+            "speculative_ddtree_budget": budget,
+            "speculative_ddtree_topk": topk,
+            "speculative_ddtree_max_depth": depth,
+        }
+        for b in blocks
+        for budget in three_points(b - 1, 128, log=True)
+        for topk in three_points(1, 8)
+        for depth in three_points(1, b - 1)
+    ]
+
+
+def brute_force_grid() -> list[dict[str, Any]]:
+    points = []
+    for tp, ep, attention, algorithm, graphs, running, mem in product(
+        [4, 8], [1, 4, 8], [False, True], ["none", "dflash", "ddtree"], [True, False],
+        RUNNING_CHOICES, [0.80, 0.86, 0.92],
+    ):  # fmt: skip
+        graph_options = (
+            [{"cuda_graph_max_bs": bs, "cuda_graph_bs_ladder": ladder}
+             for bs in BATCH_CHOICES for ladder in ("pow2", "dense")]
+            if graphs else [{}]
+        )  # fmt: skip
+        for spec, graph in product(speculative_options(algorithm), graph_options):
+            p = {
+                "tp_size": tp, "dp_size": 8 // tp, "ep_size": ep,
+                "enable_dp_attention": attention, "speculative_algorithm": algorithm, **spec,
+                "cuda_graph": graphs, **graph, "max_running_requests": running,
+                "mem_fraction_static": mem,
+            }  # fmt: skip
+            if not expected_violations(p):
+                points.append(p)
+    return points
+
+
+def test_grid_equals_a_brute_force_enumeration(space: SearchSpace) -> None:
+    grid = list(space.grid(CONTEXT, max_points_per_param=3))
+    expected = brute_force_grid()
+    assert len(grid) == len(expected) == 83_616
+    assert Counter(frozenset(p.items()) for p in grid) == Counter(
+        frozenset(p.items()) for p in expected
+    )
+    for p in grid[::97]:
+        LaunchParams.from_params(p)
+
+
+def test_grid_with_two_points_per_param_matches_the_hand_count(space: SearchSpace) -> None:
+    # Layouts: TP8 x EP{1,4,8} x attention-DP {off,on} = 6, TP4 x EP{1,4} = 2 -> 8.
+    # Speculation: none 1 + dflash block {2,8} 2 + ddtree (block 2: budget {1,128} x topk {1,8}
+    #   x depth {1} = 4; block 8: budget {7,128} x topk {1,8} x depth {1,7} = 8) = 15.
+    # Graphs x running cap: graphs off 6 caps; on: pairs with max_bs <= cap (2+3+3+4+5+6 = 23)
+    #   x 2 ladders = 46 -> 52. Memory {0.80, 0.92} -> 2.
+    count = sum(1 for _ in space.grid(CONTEXT, max_points_per_param=2))
+    assert count == 8 * 15 * 52 * 2
