@@ -29,13 +29,16 @@ FUNCTIONS: dict[str, tuple[Callable[..., Any], int, int | None]] = {
     "abs": (abs, 1, 1),
 }
 _CONSTANT_TYPES = (bool, int, float, str, type(None))
-_MAX_POW_BITS = 4096  # `9 ** 9 ** 9` would hang the loader; no search space needs such numbers
+_MAX_POW_BITS = 4096  # `9 ** 9 ** 9` would hang the process; no search space needs such numbers
 
 
 def _pow(a: Any, b: Any) -> Any:
     if isinstance(a, int) and isinstance(b, int) and b > 0 and a.bit_length() * b > _MAX_POW_BITS:
         raise ValueError("power too large")
-    return a**b
+    result = a**b
+    if isinstance(result, complex):  # (-8) ** 0.5
+        raise ValueError("complex result")
+    return result
 
 
 _ARITH: dict[type, Callable[[Any, Any], Any]] = {
@@ -65,11 +68,11 @@ _UNARY: dict[type, Callable[[Any], Any]] = {
 # Friendlier names for the nodes people are most likely to try.
 _NODE_NAMES = {
     ast.Attribute: "attribute access",
-    ast.Subscript: "subscripts",
-    ast.Lambda: "lambda",
+    ast.Subscript: "a subscript",
+    ast.Lambda: "a lambda",
     ast.Tuple: "a tuple outside `in`",
     ast.List: "a list outside `in`",
-    ast.JoinedStr: "f-strings",
+    ast.JoinedStr: "an f-string",
     ast.NamedExpr: "`:=`",
 }
 
@@ -111,20 +114,20 @@ class Expr:
     def _run(self, env: Env) -> Any:
         try:
             return self.fn(env)
-        except (ArithmeticError, TypeError, ValueError) as e:
+        except (ArithmeticError, TypeError, ValueError, RecursionError) as e:
             raise SpaceError(f"{self.where}: cannot evaluate {self.source!r}: {e}") from e
 
 
 def compile_expr(source: str | int | float, where: str) -> Expr:
     """Parse and check ``source``; a number becomes a constant expression."""
     text = source if isinstance(source, str) else repr(source)
-    try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise SpaceError(f"{where}: invalid expression {text!r}: {e.msg}") from None
     names: set[str] = set()
     try:
-        fn = _build(tree, names)
+        fn = _build(ast.parse(text.strip(), mode="eval").body, names)
+    except SyntaxError as e:
+        raise SpaceError(f"{where}: invalid expression {text!r}: {e.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
+        raise SpaceError(f"{where}: invalid expression {text[:80]!r}: {e!r}") from None
     except _Rejected as e:
         raise SpaceError(f"{where}: {e} is not allowed in expressions ({text!r})") from None
     return Expr(text, where, frozenset(names), fn)

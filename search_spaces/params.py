@@ -2,8 +2,8 @@
 
 Bounds are expressions evaluated against the context and the parameters chosen before, so
 `speculative_ddtree_budget` can start at `speculative_dflash_block_size - 1`. Every kind has
-``suggest(trial, env)`` and ``points(env, max_points)``; the space calls them without caring
-which kind it holds.
+``suggest(trial, env)``, ``points(env, max_points)`` and ``reads`` (the names its value or
+bounds depend on); the space calls them without caring which kind it holds.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ class IntParam:
     log: bool = False
     when: Expr | None = None
     where: str = field(default="", compare=False)
+
+    @property
+    def reads(self) -> frozenset[str]:
+        return self.low.names | self.high.names
 
     def suggest(self, trial: optuna.trial.BaseTrial, env: Env) -> int:
         low, high = self.bounds(env)
@@ -66,6 +70,10 @@ class FloatParam:
     log: bool = False
     when: Expr | None = None
     where: str = field(default="", compare=False)
+
+    @property
+    def reads(self) -> frozenset[str]:
+        return self.low.names | self.high.names
 
     def suggest(self, trial: optuna.trial.BaseTrial, env: Env) -> float:
         low, high = self.bounds(env)
@@ -100,6 +108,10 @@ class CategoricalParam:
     when: Expr | None = None
     where: str = field(default="", compare=False)
 
+    @property
+    def reads(self) -> frozenset[str]:
+        return frozenset()
+
     def suggest(self, trial: optuna.trial.BaseTrial, env: Env) -> Choice:
         return trial.suggest_categorical(self.name, self.choices)
 
@@ -116,6 +128,10 @@ class DerivedParam:
     when: Expr | None = None
     where: str = field(default="", compare=False)
 
+    @property
+    def reads(self) -> frozenset[str]:
+        return self.expr.names
+
     def suggest(self, trial: optuna.trial.BaseTrial, env: Env) -> Any:
         return self.expr.evaluate(env)
 
@@ -124,6 +140,11 @@ class DerivedParam:
 
 
 Param = Union[IntParam, FloatParam, CategoricalParam, DerivedParam]
+
+
+def is_active(param: Param, env: Env) -> bool:
+    """Whether ``param`` is set: its `when` holds (a `when` reading an unset name does not)."""
+    return param.when is None or param.when.holds(env, if_unset=False)
 
 
 def _as_int(expr: Expr, env: Env) -> int:

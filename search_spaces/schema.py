@@ -145,12 +145,11 @@ def space_from_dict(
         _check_name(name, source, f"context.{name}", taken=())
     scope = _Scope(source, list(doc.context), list(doc.params))
     params = []
+    known = None if known_params is None else set(known_params)
     for name, raw in doc.params.items():
-        _check_name(name, source, f"params.{name}", taken=doc.context)
+        _check_name(name, source, f"params.{name}", taken=doc.context, known=known)
         params.append(_param(name, raw, scope))
         scope.defined.append(name)
-    if known_params is not None:
-        _check_known(doc.params, set(known_params), source)
     constraints = tuple(_constraint(raw, i, scope) for i, raw in enumerate(doc.constraints))
     return SearchSpace(
         doc.name, doc.description, tuple(params), constraints, tuple(doc.context), source
@@ -228,19 +227,17 @@ def _check_step_log(m: _IntModel | _FloatModel, source: str, path: str) -> None:
         raise SpaceError(f"{source}: {path}: `step` and `log` cannot be combined")
 
 
-def _check_name(name: str, source: str, path: str, taken: Collection[str]) -> None:
+def _check_name(
+    name: str, source: str, path: str, taken: Collection[str], known: set[str] | None = None
+) -> None:
     if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
         raise SpaceError(f"{source}: {path}: {name!r} is not a valid name (use a_name_like_this)")
     if name in FUNCTIONS or name in taken:
         raise SpaceError(f"{source}: {path}: {name!r} is already a function or context name")
-
-
-def _check_known(names: Collection[str], known: set[str], source: str) -> None:
-    for name in names:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
-            raise SpaceError(f"{source}: params.{name}: unknown parameter {name!r}; {hint}")
+    if known is not None and name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
+        raise SpaceError(f"{source}: {path}: unknown parameter {name!r}; {hint}")
 
 
 def _validate(model: type[_Model], data: Any, source: str, prefix: str) -> Any:

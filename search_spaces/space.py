@@ -21,7 +21,9 @@ import optuna
 from search_spaces.errors import SpaceError
 from search_spaces.expr import Env
 from search_spaces.expr import Expr
+from search_spaces.grid import iter_grid
 from search_spaces.params import Param
+from search_spaces.params import is_active
 
 
 @dataclass(slots=True, frozen=True)
@@ -70,7 +72,7 @@ class SearchSpace:
         env = self._env(context)
         params: dict[str, Any] = {}
         for p in self.params:
-            if _active(p, env):
+            if is_active(p, env):
                 params[p.name] = env[p.name] = p.suggest(trial, env)
         return params
 
@@ -89,40 +91,7 @@ class SearchSpace:
         if max_points_per_param < 2:
             raise SpaceError(f"{self.source}: max_points_per_param must be >= 2")
         env = self._env(context)
-        ready = self._checkpoints()
-        if all(c.holds(env) for c in ready[0]):
-            yield from self._walk(0, env, {}, ready, max_points_per_param)
-
-    def _walk(
-        self,
-        i: int,
-        env: dict[str, Any],
-        params: dict[str, Any],
-        ready: list[list[Constraint]],
-        max_points: int,
-    ) -> Iterator[dict]:
-        if i == len(self.params):
-            yield dict(params)
-            return
-        p = self.params[i]
-        values = p.points(env, max_points) if _active(p, env) else [_ABSENT]
-        for value in values:
-            if value is not _ABSENT:
-                params[p.name] = env[p.name] = value
-            # Prune as soon as every name a constraint reads is decided.
-            if all(c.holds(env) for c in ready[i + 1]):
-                yield from self._walk(i + 1, env, params, ready, max_points)
-        params.pop(p.name, None)
-        env.pop(p.name, None)
-
-    def _checkpoints(self) -> list[list[Constraint]]:
-        """Constraints grouped by how many leading params must be decided to check them."""
-        position = {p.name: i + 1 for i, p in enumerate(self.params)}
-        ready: list[list[Constraint]] = [[] for _ in range(len(self.params) + 1)]
-        for c in self.constraints:
-            names = c.expr.names | (c.when.names if c.when else frozenset())
-            ready[max((position.get(n, 0) for n in names), default=0)].append(c)
-        return ready
+        yield from iter_grid(self.params, self.constraints, env, max_points_per_param)
 
     def _env(self, context: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self.context if n not in context]
@@ -132,10 +101,3 @@ class SearchSpace:
                 f"(given: {', '.join(sorted(context)) or 'nothing'})"
             )
         return {n: context[n] for n in self.context}
-
-
-_ABSENT = object()
-
-
-def _active(p: Param, env: Env) -> bool:
-    return p.when is None or p.when.holds(env, if_unset=False)

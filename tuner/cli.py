@@ -115,13 +115,11 @@ def _summary(params: dict) -> str:
 
 def main() -> None:
     """Entry point: known errors become one line and an exit code; tracebacks on request."""
-    from search_spaces import SpaceError
-
     try:
         app()
     except TunerError as err:
         _fail(err, err.exit_code)
-    except (SpaceError, FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # includes SpaceError and CatalogError
         _fail(err, 2)
 
 

@@ -16,6 +16,7 @@ from backends.flags import render_shell
 from backends.launch_params import InvalidParams
 from search_spaces import SearchSpace
 from tuner import records
+from tuner.interrupt import InterruptGate
 from tuner.sla import Limit
 
 OBJECTIVES = ("output_tok_s@target", "tok_s_per_user@1")
@@ -36,10 +37,12 @@ class Objective:
     limits: Sequence[Limit]
     study_name: str
     engine: Any  # sqlalchemy Engine for our records
+    gate: InterruptGate
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
         params = self.space.suggest(trial, self.context)
-        rows = self._measure(params)
+        with self.gate.measuring():
+            rows = self._measure(params)
         failure = next((m.failure for m in rows if m.failure), None)
         command, env = self._command(params)
         excerpt = next((m.log_excerpt for m in rows if m.log_excerpt), "")

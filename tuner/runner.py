@@ -9,6 +9,7 @@ from search_spaces import load_space
 from tuner import records
 from tuner import render
 from tuner.config import Config
+from tuner.interrupt import graceful_interrupt
 from tuner.objective import Objective
 from tuner.objective import TransientFailure
 from tuner.study import enqueue_baseline
@@ -37,11 +38,11 @@ def run_study(cfg: Config) -> int:
     if done:
         render.note(f"resuming study {cfg.study.name!r}: {done} trials kept, {remaining} to go")
     enqueue_baseline(study)
-    objective = Objective(
-        space=space, context=space_context(cfg), backend=backend_from(cfg),
-        workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
-        limits=cfg.workload.limits, study_name=cfg.study.name, engine=engine)
-    with render.trial_progress(cfg.study.n_trials, done) as update:
+    with graceful_interrupt() as gate, render.trial_progress(cfg.study.n_trials, done) as update:
+        objective = Objective(
+            space=space, context=space_context(cfg), backend=backend_from(cfg),
+            workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
+            limits=cfg.workload.limits, study_name=cfg.study.name, engine=engine, gate=gate)
         run_trials(study, objective, remaining, lambda p: update(p.best_tok_s),
                    catch=(TransientFailure,))
     return remaining

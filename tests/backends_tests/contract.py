@@ -61,6 +61,11 @@ class BackendContract:
         assert all(isinstance(arg, str) for arg in argv)
         assert backend.flags(dict(good_params)) == argv
 
+    def test_env_is_a_dict_of_str(self, backend, good_params):
+        env = backend.env(good_params)
+        assert isinstance(env, dict)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+
     # --- measure: shape ------------------------------------------------------------------------
 
     def test_measure_returns_one_row_per_concurrency_level_in_order(self, backend, good_params,

@@ -85,6 +85,12 @@ def test_syntax_error_names_the_location() -> None:
         compile_expr("1 +", "t.yaml: x")
 
 
+@pytest.mark.parametrize("source", ["-" * 100_000 + "1", "(" * 10_000 + "1" + ")" * 10_000, "1\0"])
+def test_pathological_input_is_a_space_error(source: str) -> None:
+    with pytest.raises(SpaceError, match=r"^t\.yaml: x: invalid expression"):
+        compile_expr(source, "t.yaml: x")
+
+
 @pytest.mark.parametrize(
     "source, env",
     [
@@ -93,6 +99,9 @@ def test_syntax_error_names_the_location() -> None:
         ("x + 1", {"x": "s"}),
         ("x < 1", {"x": "s"}),
         ("9 ** 9 ** 9", {}),
+        ("(-8) ** 0.5", {}),
+        ("2.0 ** 10000", {}),
+        ("min(1, 'a')", {}),
     ],
 )
 def test_runtime_errors_are_space_errors(source: str, env: dict) -> None:

@@ -25,7 +25,8 @@ def sample(space: SearchSpace, context: dict, n: int) -> list[dict]:
 
 def test_param_absent_when_its_condition_is_false() -> None:
     space = load_space("smoke")
-    off = space.suggest(optuna.trial.FixedTrial({"tp_size": 1, "speculative_algorithm": "none"}), SMOKE_CONTEXT)
+    fixed = optuna.trial.FixedTrial({"tp_size": 1, "speculative_algorithm": "none"})
+    off = space.suggest(fixed, SMOKE_CONTEXT)
     on = space.suggest(
         optuna.trial.FixedTrial(
             {"tp_size": 2, "speculative_algorithm": "dflash", "speculative_dflash_block_size": 3}
@@ -82,7 +83,9 @@ def test_dynamic_bounds_hold_over_many_samples(make_space: Callable[..., SearchS
         assert p["b"] / 10 - 1e-9 <= p["c"] <= p["b"] / 5 + 1e-9
 
 
-def test_dynamic_high_is_rounded_onto_the_step_grid(make_space: Callable[..., SearchSpace]) -> None:
+def test_dynamic_high_is_rounded_onto_the_step_grid(
+    make_space: Callable[..., SearchSpace],
+) -> None:
     space = make_space(
         """
         name: t

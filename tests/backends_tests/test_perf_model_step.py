@@ -1,0 +1,203 @@
+"""One decode step by component: experts touched, host launches, KV reads, collectives.
+
+Constants are the defaults (bandwidth efficiency 0.6, 30 us a collective, 25 us a launch) on an
+RTX PRO 6000 Server (1597 GB/s, 500 TFLOP/s BF16, PCIe 64 GB/s), so the arithmetic is by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.base import Workload
+from backends.launch_params import LaunchParams
+from backends.perf_model import PerfModelBackend
+from backends.perf_model.catalog import load_hardware
+from backends.perf_model.catalog import load_model
+from backends.perf_model.constants import Efficiency
+from backends.perf_model.predict import step_breakdown
+from backends.perf_model.step import Node
+from backends.perf_model.step import busiest_rank_experts
+from backends.perf_model.step import draft_forward
+from backends.perf_model.step import expected_distinct_experts
+from backends.perf_model.step import graphed
+from backends.perf_model.step import target_forward
+
+TP8 = LaunchParams(tp_size=8)
+TP8_EAGER = LaunchParams(tp_size=8, cuda_graph=False)
+EP8 = LaunchParams(tp_size=8, ep_size=8)
+CONTEXT = 1536.0  # 1024 in + 512 out
+
+# --- experts touched -------------------------------------------------------------------------
+
+
+def test_one_token_touches_exactly_top_k_experts():
+    assert expected_distinct_experts(384, 8, 1) == pytest.approx(8)
+
+
+@pytest.mark.parametrize("tokens, expected", [(16, 82), (64, 126)])
+def test_128_experts_top_8_touch_82_at_16_tokens_and_126_at_64(tokens, expected):
+    # REFERENCE_NUMBERS roofline rules: 128 x (1 - (120/128)^16) = 128 x 0.6439 = 82.4;
+    # 128 x (1 - (120/128)^64) = 128 x 0.9839 = 125.9
+    assert expected_distinct_experts(128, 8, tokens) == pytest.approx(expected, abs=0.5)
+
+
+def test_distinct_experts_grow_with_tokens_and_saturate():
+    touched = [expected_distinct_experts(384, 8, t) for t in (1, 2, 8, 64, 512, 4096)]
+    assert touched == sorted(touched)
+    assert touched[-1] == pytest.approx(384, rel=1e-6)
+
+
+@pytest.mark.parametrize("ep", [2, 4, 8])
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64, 256, 2048])
+def test_busiest_rank_holds_at_least_the_mean_and_at_most_its_share(ep, tokens):
+    touched = expected_distinct_experts(384, 8, tokens)
+    busiest = busiest_rank_experts(384, 8, tokens, ep)
+    assert touched / ep - 1e-9 <= busiest <= 384 / ep + 1e-9
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 256])
+def test_busiest_rank_without_ep_is_every_touched_expert(tokens):
+    assert busiest_rank_experts(384, 8, tokens, 1) == expected_distinct_experts(384, 8, tokens)
+
+
+def test_busiest_rank_at_one_token_by_hand():
+    # 8 touched over 8 ranks: mean 1, + sqrt(2 x 1 x ln 8) = 2.0393 -> 3.0393
+    assert busiest_rank_experts(384, 8, 1, 8) == pytest.approx(3.0393, abs=1e-4)
+
+
+# --- host launches ---------------------------------------------------------------------------
+
+
+def test_graph_replay_costs_16_launches_and_eager_costs_every_kernel(pcie_node, kimi):
+    graphs = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True)
+    eager = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=False)
+    assert graphs.host == pytest.approx(16 * 0.025)  # 0.4 ms
+    # 61 layers x 15 kernels + 20 a forward = 935 launches x 25 us = 23.375 ms
+    assert eager.host == pytest.approx(23.375)
+    assert graphs.device == eager.device  # graphs change launches, not GPU work
+
+
+@pytest.fixture
+def model_backend(pcie8_reference):
+    return PerfModelBackend(pcie8_reference.deployment, Efficiency())
+
+
+def _setup(backend, **params):
+    return backend.setup({"max_running_requests": 256, "cuda_graph_max_bs": 256, **params},
+                         Workload(1024, 512, (1,)))
+
+
+def test_eager_step_at_concurrency_1_is_all_host_time(model_backend):
+    parts = step_breakdown(_setup(model_backend, cuda_graph=False), 1, CONTEXT)
+    # the host issues 23.375 ms of launches while the GPU needs ~8.8 ms: the step is host-bound
+    assert sum(parts.values()) == pytest.approx(23.375)
+
+
+def test_graphed_step_at_concurrency_1_hides_most_host_time(model_backend):
+    parts = step_breakdown(_setup(model_backend), 1, CONTEXT)
+    assert parts["host_exposed"] == pytest.approx(0.3 * 0.4)  # the floor: 30% of 16 launches
+    eager = sum(step_breakdown(_setup(model_backend, cuda_graph=False), 1, CONTEXT).values())
+    assert 2.0 < eager / sum(parts.values()) < 4.0
+
+
+def test_batch_pads_up_to_the_next_captured_size_and_runs_eagerly_past_the_largest():
+    lp = LaunchParams(tp_size=8, cuda_graph_max_bs=32, max_running_requests=64)
+    assert lp.capture_batch_sizes == (1, 2, 4, 8, 16, 24, 32)
+    assert [graphed(lp, b) for b in (1, 3, 5, 17, 32, 33)] == [1, 4, 8, 24, 32, None]
+    assert graphed(TP8_EAGER, 1) is None
+
+
+# --- KV reads --------------------------------------------------------------------------------
+
+
+def test_kv_read_of_one_request_by_hand(pcie_node, kimi):
+    # MLA latent is replicated on every TP rank, so each GPU reads all of it:
+    # 1536 tokens x 70,272 B = 107,937,792 B / (1597e9 x 0.6 B/s) = 0.112646 ms
+    kv = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True).kv
+    assert kv == pytest.approx(0.112646, rel=1e-5)
+
+
+@pytest.mark.parametrize("lp", [TP8, EP8])
+def test_verify_reads_the_prefix_kv_once_whatever_the_tokens_per_request(pcie_node, kimi, lp):
+    kv = [target_forward(pcie_node, kimi, lp, 4, n, CONTEXT, use_graph=True).kv
+          for n in (1, 8, 17)]
+    assert kv[0] == pytest.approx(4 * 0.112646, rel=1e-5)  # 4 requests, memory-bound
+    assert kv[1] == kv[0] and kv[2] == kv[0]
+
+
+def test_kv_turns_compute_bound_for_large_verify_windows(pcie_node, kimi):
+    # 4 x 64 tokens x 1536 ctx x 61 layers x 139,264 FLOPs / 8 GPUs = 4.18e11 FLOPs
+    # / (500e12 x 0.7) = 1.193 ms > 0.4506 ms of KV reads
+    kv = target_forward(pcie_node, kimi, TP8, 4, 64, CONTEXT, use_graph=True).kv
+    assert kv == pytest.approx(1.1930, abs=1e-3)
+
+
+def test_gqa_kv_splits_by_head_up_to_the_kv_head_count(pcie_node):
+    qwen = load_model("qwen3-8b")
+    kv = {tp: target_forward(pcie_node, qwen, LaunchParams(tp_size=tp), 1, 1, CONTEXT, True).kv
+          for tp in (1, 2, 8)}
+    # 1536 x 36 layers x 4096 B = 226,492,416 B / 958.2e9 B/s = 0.236373 ms on one GPU
+    assert kv[1] == pytest.approx(0.236373, rel=1e-5)
+    assert kv[2] == pytest.approx(kv[1] / 2) and kv[8] == pytest.approx(kv[1] / 8)
+
+
+# --- collectives -----------------------------------------------------------------------------
+
+
+def test_ring_collective_by_hand(pcie_node):
+    # all-reduce of 14,336 B over 8: 30 us + 2 x 7/8 x 14,336 B / 64 GB/s = 0.030 + 0.000392 ms
+    assert pcie_node.collective_ms(14_336, 8, all_reduce=True) == pytest.approx(0.030392)
+    assert pcie_node.collective_ms(14_336, 8, all_reduce=False) == pytest.approx(0.030196)
+    assert pcie_node.collective_ms(14_336, 1, all_reduce=True) == 0.0
+
+
+def test_tp8_decode_does_two_all_reduces_a_layer_and_one_logit_gather(pcie_node, kimi):
+    # one token: hidden 7168 x 2 B = 14,336 B; 61 layers x 2 all-reduces = 122, plus the LM
+    # head's all-gather of 163,840 x 2 B = 327,680 B:
+    # 122 x 0.030392 + (0.030 + 7/8 x 327,680 / 64e9 x 1e3 = 0.03448) = 3.742304 ms
+    comm = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True).comm
+    expected = (122 * pcie_node.collective_ms(14_336, 8, True)
+                + pcie_node.collective_ms(327_680, 8, False))
+    assert comm == pytest.approx(expected)
+    assert comm == pytest.approx(3.742304)
+
+
+def test_attention_dp_gathers_instead_of_all_reducing(pcie_node, kimi):
+    lp = LaunchParams(tp_size=8, enable_dp_attention=True)
+    comm = target_forward(pcie_node, kimi, lp, 1, 1, CONTEXT, use_graph=True).comm
+    assert comm == pytest.approx(122 * 0.030196 + 0.03448)
+
+
+def test_collective_bytes_scale_with_tokens_in_the_step(pcie_node, kimi):
+    # 8 tokens: 122 x (0.030 + 1.75 x 114,688 / 64e9 x 1e3) + (0.030 + 0.875 x 2,621,440 / 64e9
+    # x 1e3) = 122 x 0.033136 + 0.06584 = 4.108432 ms
+    comm = target_forward(pcie_node, kimi, TP8, 1, 8, CONTEXT, use_graph=True).comm
+    assert comm == pytest.approx(4.108432)
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+
+def test_dense_linear_layers_stay_memory_bound_up_to_about_200_tokens():
+    node = Node(load_hardware("h200-sxm"), Efficiency())
+    qwen, lp = load_model("qwen3-8b"), LaunchParams(tp_size=1)
+    weights = {t: target_forward(node, qwen, lp, 1, t, 1024.0, True).weights
+               for t in (1, 64, 128, 512)}
+    assert weights[1] == weights[64] == weights[128]
+    assert weights[512] > 1.5 * weights[1]
+
+
+def test_more_tokens_a_step_read_more_experts_on_a_moe(pcie_node, kimi):
+    weights = [target_forward(pcie_node, kimi, EP8, 1, n, CONTEXT, True).weights
+               for n in (1, 8, 16, 64)]
+    assert weights == sorted(weights) and weights[2] > 2 * weights[0]
+
+
+def test_ddtree_drafter_pays_for_its_tree_build_eagerly(pcie_node, kimi, model_backend):
+    drafter = model_backend.drafter
+    chain = LaunchParams(tp_size=8, speculative_algorithm="dflash")
+    tree = LaunchParams(tp_size=8, speculative_algorithm="ddtree")
+    host = [draft_forward(pcie_node, kimi, drafter, lp, 1, 3.6, CONTEXT, False).host
+            for lp in (chain, tree)]
+    # 6 layers x 15 + 20 = 110 launches; DDTree adds 30: 2.75 ms -> 3.5 ms
+    assert host == pytest.approx([2.75, 3.5])

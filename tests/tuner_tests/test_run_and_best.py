@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from cli_helpers import cli
+from cli_helpers import write_config
+
+
+@pytest.fixture(scope="module")
+def studied(tmp_path_factory) -> Path:
+    """A folder whose tuner.yaml points at a DB holding a finished 20-trial study."""
+    folder = tmp_path_factory.mktemp("studied")
+    write_config(folder, model={"path": "/models/My Kimi's \"K2.6\""})
+    result = cli("run", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def _records(folder: Path) -> list[tuple]:
+    with sqlite3.connect(folder / "results.db") as db:
+        return db.execute("select trial_number, status, params_json from dflash_tune_trials "
+                          "order by trial_number").fetchall()
+
+
+def _optuna_states(folder: Path) -> list[str]:
+    study = optuna.load_study(study_name="pcie8-kimi-sglang",
+                              storage=f"sqlite:///{folder / 'results.db'}")
+    return [t.state.name for t in study.trials]
+
+
+def test_run_records_every_trial_and_measures_the_baseline_first(studied):
+    rows = _records(studied)
+    assert [r[0] for r in rows] == list(range(20))
+    assert json.loads(rows[0][2])["speculative_algorithm"] == "none"
+    with sqlite3.connect(studied / "results.db") as db:
+        levels = db.execute("select count(*) from dflash_tune_measurements "
+                            "where trial_number = 0").fetchone()[0]
+    assert levels == 7  # one row per concurrency level of the workload
+
+
+def test_emit_flags_prints_only_a_command_that_keeps_the_model_path_whole(studied):
+    result = cli("best", "--emit-flags", cwd=studied)
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert result.stdout.count("\n") == 1
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    assert argv[argv.index("--model-path") + 1] == "/models/My Kimi's \"K2.6\""
+
+
+def test_best_json_record_and_vllm_flags(studied):
+    record = json.loads(cli("best", "--format", "json", cwd=studied).stdout)
+    assert record["target_concurrency"] == 128 and record["output_tok_s_at_target"] > 0
+    vllm = cli("best", "--emit-flags", "--backend", "vllm", cwd=studied)
+    assert vllm.returncode == 0, vllm.stderr
+    assert shlex.split(vllm.stdout)[:2] == ["vllm", "serve"]
+
+
+def test_a_stricter_sla_changes_or_empties_the_choice(studied):
+    loose = json.loads(cli("best", "--format", "json", cwd=studied).stdout)
+    tpot = loose["params"]  # the chosen one meets the study's SLA
+    impossible = cli("best", "--sla", "tpot_p50_ms<=0.001", cwd=studied)
+    assert impossible.returncode == 1
+    assert "no successful trial meets the SLA (tpot_p50_ms<=0.001)" in impossible.stderr
+    assert tpot
+
+
+def test_best_without_a_study_exits_1_with_a_clear_message(tmp_path):
+    write_config(tmp_path)
+    result = cli("best", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "no study named 'pcie8-kimi-sglang'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_best_when_every_trial_failed_exits_1(tmp_path):
+    # Kimi K2.6 needs ~74 GB a GPU at TP8: nothing fits on 80 GB H100s at these fractions.
+    write_config(tmp_path, hardware={"gpu": "h100-sxm"}, study={"n_trials": 8})
+    assert cli("run", cwd=tmp_path).returncode == 0
+    statuses = {r[1] for r in _records(tmp_path)}
+    assert "oom" in statuses and "ok" not in statuses
+    result = cli("best", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "all 8 trials failed" in result.stderr
+
+
+def test_best_does_not_import_optuna(studied):
+    code = ("import sys; sys.argv = ['dflash-tune', 'best', '--emit-flags']\n"
+            "from tuner.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('optuna' in sys.modules, 'torch' in sys.modules, file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=studied, capture_output=True,
+                            text=True, timeout=60)
+    assert result.stderr.strip().endswith("False False")
+
+
+def test_interrupted_run_keeps_finished_trials_and_resumes(tmp_path):
+    write_config(tmp_path, study={"n_trials": 100000})
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if (tmp_path / "results.db").exists() and len(_safe_records(tmp_path)) >= 5:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "run again to resume" in err
+    states = _optuna_states(tmp_path)
+    assert "RUNNING" not in states
+    kept = len(_records(tmp_path))
+    assert states.count("COMPLETE") == kept >= 5
+    result = cli("run", "--trials", str(len(states) + 3), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "resuming study" in result.stderr
+    assert len(_records(tmp_path)) == kept + 3
+
+
+def _safe_records(folder: Path) -> list[tuple]:
+    try:
+        return _records(folder)
+    except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
+        return []
+
+

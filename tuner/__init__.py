@@ -1,0 +1,1 @@
+"""Optuna studies, the results DB and the dflash-tune CLI."""
