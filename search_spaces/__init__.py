@@ -5,7 +5,25 @@
     if space.violations(params, context): ...       # reject before anything launches
     for params in space.grid(context): ...          # exhaustive, constraint-satisfying
 
-See ``search_spaces/pcie8_kimi.yaml`` for the file format.
+File format (``search_spaces/pcie8_kimi.yaml`` is a full example)::
+
+    name: my_space
+    description: free text
+    context: {gpus: what it means}      # names the caller passes in; values are not in the file
+    params:                             # processed in file order
+      tp_size: {type: categorical, choices: [4, 8]}        # ints, floats, strings, booleans
+      dp_size: {derive: "gpus // tp_size"}                 # computed, never sampled
+      block: {type: int, low: 2, high: 8, step: 2, when: "tp_size == 8"}
+      budget: {type: int, low: "block - 1", high: 128, log: true, when: "tp_size == 8"}
+      mem: {type: float, low: 0.80, high: 0.92, step: 0.02}   # or log: true, not both
+    constraints:
+      - "tp_size * dp_size == gpus"
+      - {expr: "budget >= block - 1", when: "tp_size == 8"}
+
+``low``, ``high``, ``derive`` and ``when`` are expressions (see ``expr.py`` for the grammar)
+over context names and *earlier* params. A param whose ``when`` is false is left out of the
+dict. A ``when`` that reads an absent param is false; a constraint that reads one holds; a bound
+or ``derive`` that reads one is an error (see ``space.py``).
 """
 
 from __future__ import annotations

@@ -122,14 +122,15 @@ def compile_expr(source: str | int | float, where: str) -> Expr:
     """Parse and check ``source``; a number becomes a constant expression."""
     text = source if isinstance(source, str) else repr(source)
     names: set[str] = set()
+    short = text if len(text) <= 80 else text[:77] + "..."
     try:
         fn = _build(ast.parse(text.strip(), mode="eval").body, names)
     except SyntaxError as e:
-        raise SpaceError(f"{where}: invalid expression {text!r}: {e.msg}") from None
+        raise SpaceError(f"{where}: invalid expression {short!r}: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
-        raise SpaceError(f"{where}: invalid expression {text[:80]!r}: {e!r}") from None
+        raise SpaceError(f"{where}: invalid expression {short!r}: {e!r}") from None
     except _Rejected as e:
-        raise SpaceError(f"{where}: {e} is not allowed in expressions ({text!r})") from None
+        raise SpaceError(f"{where}: {e} is not allowed in expressions ({short!r})") from None
     return Expr(text, where, frozenset(names), fn)
 
 

@@ -159,10 +159,23 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         num_experts=experts, top_k=c.get("num_experts_per_tok", 0) if experts else 0,
         expert_params=3 * hidden * moe_inter,
         shared_expert_params=3 * hidden * moe_inter * c.get("n_shared_experts", 0),
-        expert_weight_bits=c.get("expert_weight_bits", 16),
+        expert_weight_bits=c.get("expert_weight_bits") or _quantized_bits(c) or 16,
         kv_bytes_per_token_layer=kv_bytes, kv_heads=kv_heads,
         attn_flops_per_token_ctx_layer=attn_flops,
     )
+
+
+def _quantized_bits(c: dict[str, Any]) -> float | None:
+    """Bits a routed-expert weight costs under a compressed-tensors config: the packed integer
+    plus one bf16 scale a group (Kimi K2.6: 4 + 16/32 = 4.5). Such checkpoints quantise the
+    routed experts only, keeping attention, shared experts and embeddings in bf16."""
+    quant = c.get("quantization_config") or {}
+    for group in (quant.get("config_groups") or {}).values():
+        weights = group.get("weights") or {}
+        if weights.get("num_bits"):
+            size = weights.get("group_size")
+            return weights["num_bits"] + (16 / size if size else 0)
+    return None
 
 
 def _attention(c: dict[str, Any], hidden: int) -> tuple[int, int, int, int]:

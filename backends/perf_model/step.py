@@ -86,15 +86,16 @@ def graphed(lp: LaunchParams, batch: int) -> int | None:
 
 def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, tokens_per_req: int,
                    context: float, use_graph: bool) -> Forward:
-    tp, adp = lp.tp_size, (lp.tp_size if lp.enable_dp_attention else 1)
+    tp = lp.tp_size
     tokens = batch * tokens_per_req
     experts = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size) if m.is_moe else 0
     moe_tp = tp // lp.ep_size
-    attn_bytes = m.num_layers * m.attn_params_per_layer * BF16_BYTES / (tp // adp)
-    other_bf16 = (m.bf16_params - m.num_layers * m.attn_params_per_layer) * BF16_BYTES / tp
+    # Attention-DP replicates the BF16 non-expert weights (as memory.py counts them), so each
+    # rank streams all of them for its own requests.
+    bf16_bytes = m.bf16_params * BF16_BYTES / (1 if lp.enable_dp_attention else tp)
     expert_bytes = m.num_moe_layers * experts * m.expert_bytes / moe_tp
     linear_flops = 2.0 * tokens * _active_params(m) / tp
-    weights = node.linear_ms(attn_bytes + other_bf16 + expert_bytes, linear_flops)
+    weights = node.linear_ms(bf16_bytes + expert_bytes, linear_flops)
     kv = _attention_ms(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
                        m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
     matrices = (m.num_layers * C.MATMULS_PER_ATTENTION + 2 * m.num_dense_layers

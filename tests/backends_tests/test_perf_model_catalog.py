@@ -156,8 +156,6 @@ def test_kimi_style_nested_text_config_is_read(write_config, kimi):
     assert m == replace(kimi, name="Kimi-K2.6")
 
 
-@pytest.mark.xfail(strict=True, reason="config.json loader ignores quantization_config: a real "
-                   "Kimi K2.6 config (INT4 compressed-tensors experts) is sized as BF16")
 def test_real_kimi_config_reads_int4_experts_from_quantization_config(write_config, kimi):
     text = {k: v for k, v in KIMI_TEXT_CONFIG.items() if k != "expert_weight_bits"}
     text["quantization_config"] = {

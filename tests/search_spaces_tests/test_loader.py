@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
+import search_spaces
 from search_spaces import SearchSpace
 from search_spaces import SpaceError
 from search_spaces import list_spaces
@@ -139,3 +142,11 @@ def test_unknown_shipped_name_lists_the_shipped_ones() -> None:
 def test_missing_file_is_a_space_error(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match=r"missing\.yaml: cannot read"):
         load_space(tmp_path / "missing.yaml")
+
+
+def test_the_format_example_in_the_package_docstring_loads() -> None:
+    doc = search_spaces.__doc__
+    example = textwrap.dedent(doc[doc.index("::") + 2 : doc.index("``low``")])
+    space = search_spaces.space_from_dict(yaml.safe_load(example), "docstring")
+    assert space.param_names == ("tp_size", "dp_size", "block", "budget", "mem")
+    assert all(not space.violations(p, {"gpus": 8}) for p in space.grid({"gpus": 8}))
