@@ -139,7 +139,8 @@ def load_model(name_or_path: str) -> ModelArch:
 
 
 def model_from_config(name: str, cfg: dict[str, Any]) -> ModelArch:
-    cfg = cfg.get("text_config", cfg)  # Kimi K2.5/K2.6 nest the language model
+    if "text_config" in cfg:  # Kimi K2.5/K2.6 nest the language model; quantisation may sit outside
+        cfg = {"quantization_config": cfg.get("quantization_config"), **cfg["text_config"]}
     try:
         return _arch(name, cfg)
     except KeyError as err:
