@@ -55,6 +55,7 @@ def expected_violations(p: dict[str, Any]) -> list[str]:
             not graphs or p["cuda_graph_max_bs"] <= p["max_running_requests"],
         ),
         ("tp_size == gpus", not p["enable_dp_attention"] or p["tp_size"] == 8),
+        ("drafter_block_size >= 2", True),  # CONTEXT has a block-8 drafter
     ]
     return [source for source, ok in rules if not ok]
 
@@ -74,7 +75,7 @@ def test_sampled_values_stay_in_their_ranges(samples: list[dict[str, Any]]) -> N
         if "speculative_ddtree_budget" in p:
             assert block - 1 <= p["speculative_ddtree_budget"] <= 128
             assert 1 <= p["speculative_ddtree_topk"] <= 8
-            assert 1 <= p["speculative_ddtree_max_depth"] <= block - 1
+            assert "speculative_ddtree_max_depth" not in p  # SGLang cannot express it
         if "cuda_graph_max_bs" in p:
             assert p["cuda_graph_max_bs"] in BATCH_CHOICES
             assert p["cuda_graph_bs_ladder"] in ("pow2", "dense")
@@ -85,7 +86,7 @@ def test_conditional_params_present_exactly_when_enabled(samples: list[dict[str,
         speculative = p["speculative_algorithm"] != "none"
         ddtree = p["speculative_algorithm"] == "ddtree"
         assert ("speculative_dflash_block_size" in p) == speculative
-        for name in ("budget", "topk", "max_depth"):
+        for name in ("budget", "topk"):
             assert (f"speculative_ddtree_{name}" in p) == ddtree
         assert ("cuda_graph_max_bs" in p) == p["cuda_graph"]
         assert ("cuda_graph_bs_ladder" in p) == p["cuda_graph"]
@@ -129,12 +130,10 @@ def speculative_options(algorithm: str) -> list[dict[str, Any]]:
             "speculative_dflash_block_size": b,
             "speculative_ddtree_budget": budget,
             "speculative_ddtree_topk": topk,
-            "speculative_ddtree_max_depth": depth,
         }
         for b in blocks
         for budget in three_points(b - 1, 128, log=True)
         for topk in three_points(1, 8)
-        for depth in three_points(1, b - 1)
     ]
 
 
@@ -164,7 +163,7 @@ def brute_force_grid() -> list[dict[str, Any]]:
 def test_grid_equals_a_brute_force_enumeration(space: SearchSpace) -> None:
     grid = list(space.grid(CONTEXT, max_points_per_param=3))
     expected = brute_force_grid()
-    assert len(grid) == len(expected) == 83_616
+    assert len(grid) == len(expected) == 38_688
 
     names = space.param_names
 
@@ -181,8 +180,22 @@ def test_grid_equals_a_brute_force_enumeration(space: SearchSpace) -> None:
 def test_grid_with_two_points_per_param_matches_the_hand_count(space: SearchSpace) -> None:
     # Layouts: TP8 x EP{1,4,8} x attention-DP {off,on} = 6, TP4 x EP{1,4} = 2 -> 8.
     # Speculation: none 1 + dflash block {2,8} 2 + ddtree (block 2: budget {1,128} x topk {1,8}
-    #   x depth {1} = 4; block 8: budget {7,128} x topk {1,8} x depth {1,7} = 8) = 15.
+    #   = 4; block 8: budget {7,128} x topk {1,8} = 4) = 11.
     # Graphs x running cap: graphs off 6 caps; on: pairs with max_bs <= cap (2+3+3+4+5+6 = 23)
     #   x 2 ladders = 46 -> 52. Memory {0.80, 0.92} -> 2.
     count = sum(1 for _ in space.grid(CONTEXT, max_points_per_param=2))
-    assert count == 8 * 15 * 52 * 2
+    assert count == 8 * 11 * 52 * 2
+
+
+def test_without_a_drafter_speculation_is_rejected_not_crashed(space: SearchSpace) -> None:
+    context = {**CONTEXT, "drafter_block_size": 1}  # what the tuner passes with no drafter
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(30):
+        trial = study.ask()
+        p = space.suggest(trial, context)
+        study.tell(trial, 0.0)
+        assert "speculative_dflash_block_size" not in p
+        speculative = p["speculative_algorithm"] != "none"
+        assert ("drafter_block_size >= 2" in space.violations(p, context)) == speculative
+    grid = space.grid(context, max_points_per_param=2)
+    assert {p["speculative_algorithm"] for p in grid} == {"none"}

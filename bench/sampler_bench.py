@@ -1,0 +1,192 @@
+"""Does the tuner's sampler find the optimum quickly? TPE vs random search on the shipped space.
+
+The scalar is output tok/s at ``workload.target_concurrency`` of a configuration that succeeded
+and meets the SLA there (``workload.limits``); anything else scores 0. Everything uses the
+built-in defaults (``Config()``: space ``pcie8_kimi``, model backend, reference node).
+
+1. Grid optimum: every point of ``space.grid(context, max_points)`` measured with the model
+   backend at concurrency 1 and the target only, split over 2 processes; the max of the scalar.
+2. Sampler runs: for each sampler and seed, ``tuner.runner.run_study`` (the real objective path)
+   into a fresh temp SQLite DB; the best feasible scalar among the first k trials, read back
+   from our records, over the grid optimum (> 1 is possible: TPE samples between grid points).
+
+Criterion: TPE's median over seeds at 40 trials >= 0.98. Exit code 0 always (a measurement).
+
+    python bench/sampler_bench.py [--seeds 5] [--trials 40] [--max-points 8] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+try:
+    import tuner  # noqa: F401
+except ImportError:  # not installed: run from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import optuna
+
+from backends import Workload
+from search_spaces import load_space
+from tuner import records
+from tuner import study as study_mod
+from tuner.config import Config
+from tuner.config import StudyConfig
+from tuner.runner import run_study
+from tuner.selection import candidates
+from tuner.wiring import backend_from
+from tuner.wiring import space_context
+
+CRITERION = 0.98
+PROCESSES = 2
+
+
+def _tpe(**overrides) -> Callable[[int | None], optuna.samplers.BaseSampler]:
+    """Bench-only TPE variants: the tuner's settings with ``overrides``."""
+    kwargs = dict(multivariate=True, group=True, constant_liar=False) | overrides
+    return lambda seed: optuna.samplers.TPESampler(seed=seed, **kwargs)
+
+
+# Label -> (Config.study.sampler, factory replacing tuner.study.make_sampler, or None).
+SAMPLERS: dict[str, tuple[str, Callable | None]] = {
+    "tpe": ("tpe", None),
+    "random": ("random", None),
+    "tpe n_startup=20 [bench-only]": ("tpe", _tpe(n_startup_trials=20)),
+    "tpe independent [bench-only]": ("tpe", _tpe(multivariate=False, group=False)),
+}
+
+
+def scalar(by_level: dict, cfg: Config) -> float:
+    """Output tok/s at the target if the configuration succeeded and meets the SLA, else 0."""
+    m = by_level.get(cfg.workload.target_concurrency)
+    if m is None or m.failure or any(lim.violation(getattr(m, lim.metric)) > 0
+                                     for lim in cfg.workload.limits):
+        return 0.0
+    return m.output_tok_s
+
+
+def _grid_shard(args: tuple[int, int, int]) -> tuple[int, float, dict | None]:
+    """Every ``n``-th grid point from ``k``: (points seen, best scalar, its params)."""
+    k, n, max_points = args
+    cfg = Config()
+    space, backend = load_space(cfg.search_space), backend_from(cfg)
+    w = cfg.workload
+    workload = Workload(w.input_len, w.output_len, (1, w.target_concurrency))
+    count, best, best_params = 0, 0.0, None
+    for i, params in enumerate(space.grid(space_context(cfg), max_points)):
+        if i % n != k:
+            continue
+        count += 1
+        value = scalar({m.concurrency: m for m in backend.measure(params, workload)}, cfg)
+        if value > best:
+            best, best_params = value, params
+    return count, best, best_params
+
+
+def grid_optimum(max_points: int) -> dict:
+    start = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
+        shards = pool.map(_grid_shard, [(k, PROCESSES, max_points) for k in range(PROCESSES)])
+    _, best, params = max(shards, key=lambda s: s[1])
+    return {"max_points_per_param": max_points, "size": sum(s[0] for s in shards),
+            "optimum": best, "params": params, "seconds": time.perf_counter() - start}
+
+
+def run_one(label: str, seed: int, trials: int, tmp: str) -> list[records.TrialRecord]:
+    name, factory = SAMPLERS[label]
+    tag = f"{list(SAMPLERS).index(label)}-{seed}"  # a fresh DB and study per run
+    study = StudyConfig(name=f"bench-{name}-{tag}", sampler=name, seed=seed,
+                        storage=f"sqlite:///{tmp}/{tag}.db", n_trials=trials)
+    cfg = Config(study=study)
+    original = study_mod.make_sampler
+    if factory is not None:  # open_study looks make_sampler up in tuner.study at call time
+        study_mod.make_sampler = lambda _name, s: factory(s)
+    try:
+        run_study(cfg)
+    finally:
+        study_mod.make_sampler = original
+    return records.load_trials(records.connect(study.storage), study.name)
+
+
+def best_within(trials: list[records.TrialRecord], k: int, cfg: Config) -> tuple[float, dict]:
+    cands = candidates([t for t in trials if t.trial_number < k],
+                       cfg.workload.target_concurrency, cfg.workload.limits)
+    top = max(cands, key=lambda c: c.throughput, default=None)
+    return (top.throughput, top.trial.params) if top else (0.0, {})
+
+
+def sampler_runs(label: str, seeds: int, trials: int, optimum: float) -> dict:
+    cfg, ks = Config(), sorted({k for k in (10, 20, 30, 40) if k < trials} | {trials})
+    per_seed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):
+            rows = run_one(label, seed, trials, tmp)
+            ratios = {k: best_within(rows, k, cfg)[0] / optimum for k in ks}
+            value, params = best_within(rows, trials, cfg)
+            per_seed.append({"seed": seed, "ratio": ratios, "best": value, "params": params})
+    median = {k: statistics.median(s["ratio"][k] for s in per_seed) for k in ks}
+    return {"sampler": label, "median": median, "seeds": per_seed}
+
+
+def print_report(grid: dict, results: list[dict], trials: int) -> None:
+    print(f"grid: space.grid(context, max_points_per_param={grid['max_points_per_param']}), "
+          f"{grid['size']:,} points, levels (1, target), {grid['seconds']:.0f} s "
+          f"on {PROCESSES} processes")
+    print(f"grid optimum: {grid['optimum']:,.1f} tok/s  {_fmt(grid['params'])}\n")
+    ks = list(results[0]["median"])
+    print("best feasible tok/s at target / grid optimum, median over seeds")
+    head = f"{'sampler':<30}" + "".join(f"{'k=' + str(k):>8}" for k in ks)
+    print(head + f"   per seed at k={trials}")
+    for r in results:
+        per_seed = " ".join(f"{s['ratio'][trials]:.3f}" for s in r["seeds"])
+        print(f"{r['sampler']:<30}" + "".join(f"{r['median'][k]:>8.3f}" for k in ks)
+              + f"   {per_seed}")
+    print("\nbest params per seed at k={} (differences from the grid optimum):".format(trials))
+    for r in results:
+        for s in r["seeds"]:
+            diff = {k: v for k, v in s["params"].items() if grid["params"].get(k) != v}
+            print(f"  {r['sampler']:<30} seed {s['seed']}  {s['best']:>8,.1f}  {_fmt(diff)}")
+
+
+def _fmt(params: dict | None) -> str:
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in (params or {}).items()) or "(same)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--max-points", type=int, default=8, help="grid points per numeric param")
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write every number")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, optuna {optuna.__version__}")
+    grid = grid_optimum(args.max_points)
+    results = [sampler_runs(s, args.seeds, args.trials, grid["optimum"]) for s in args.samplers]
+    print_report(grid, results, args.trials)
+    tpe = next((r["median"][args.trials] for r in results if r["sampler"] == "tpe"), None)
+    holds = tpe is not None and tpe >= CRITERION
+    print(f"\ncriterion (tpe median at {args.trials} trials >= {CRITERION}): "
+          f"{'HOLDS' if holds else 'MISSED'} ({tpe if tpe is None else round(tpe, 3)})")
+    print(f"total runtime: {time.perf_counter() - start:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"grid": grid, "samplers": results, "criterion": CRITERION,
+                                         "holds": holds}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
