@@ -10,6 +10,9 @@ built-in defaults (``Config()``: space ``pcie8_kimi``, model backend, reference 
    into a fresh temp SQLite DB; the best feasible scalar among the first k trials, read back
    from our records, over the grid optimum (> 1 is possible: TPE samples between grid points).
 
+Rows named ``sampler/variant`` are bench-only: a sampler setting or an edited copy of the space
+(in the temp dir) to show what would help; the ratio stays over the shipped grid optimum.
+
 Criterion: TPE's median over seeds at 40 trials >= 0.98. Exit code 0 always (a measurement).
 
     python bench/sampler_bench.py [--seeds 5] [--trials 40] [--max-points 8] [--json OUT]
@@ -27,17 +30,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from itertools import islice
 from pathlib import Path
 
-try:
-    import tuner  # noqa: F401
-except ImportError:  # not installed: run from a checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import optuna
+import yaml
 
 from backends import Workload
 from search_spaces import load_space
+from search_spaces.loader import SHIPPED
 from tuner import records
 from tuner import study as study_mod
 from tuner.config import Config
@@ -51,18 +54,44 @@ CRITERION = 0.98
 PROCESSES = 2
 
 
-def _tpe(**overrides) -> Callable[[int | None], optuna.samplers.BaseSampler]:
-    """Bench-only TPE variants: the tuner's settings with ``overrides``."""
-    kwargs = dict(multivariate=True, group=True, constant_liar=False) | overrides
-    return lambda seed: optuna.samplers.TPESampler(seed=seed, **kwargs)
+@dataclass(slots=True, frozen=True)
+class Variant:
+    """One row: a Config sampler name, optionally a bench-only sampler or space edit."""
+
+    sampler: str
+    note: str = ""  # what a bench-only row changes
+    factory: Callable[..., optuna.samplers.BaseSampler] | None = None  # called with seed=
+    edit_space: Callable[[dict], None] | None = None
 
 
-# Label -> (Config.study.sampler, factory replacing tuner.study.make_sampler, or None).
-SAMPLERS: dict[str, tuple[str, Callable | None]] = {
-    "tpe": ("tpe", None),
-    "random": ("random", None),
-    "tpe n_startup=20 [bench-only]": ("tpe", _tpe(n_startup_trials=20)),
-    "tpe independent [bench-only]": ("tpe", _tpe(multivariate=False, group=False)),
+def _prune(raw: dict) -> None:
+    raw["params"]["tp_size"]["choices"] = [8]
+    raw["params"]["enable_dp_attention"]["choices"] = [False]
+    raw["constraints"] = [c for c in raw["constraints"] if "cuda_graph_max_bs" not in str(c)]
+
+
+def _prune_and_tie(raw: dict) -> None:
+    _prune(raw)
+    params = raw["params"]
+    params["cuda_graph_max_bs"] = {"derive": "max_running_requests", "when": "cuda_graph"}
+    names = [n for n in params if n != "max_running_requests"]
+    names.insert(names.index("cuda_graph"), "max_running_requests")  # read by the derive
+    raw["params"] = {n: params[n] for n in names}
+
+
+PRUNED = ("space without TP4 and attention-DP (always OOM on this node) and without the "
+          "cuda_graph_max_bs <= max_running_requests constraint (LaunchParams clamps it)")
+VARIANTS: dict[str, Variant] = {
+    "tpe": Variant("tpe"),
+    "random": Variant("random"),
+    "tpe/startup20": Variant("tpe", "the tuner's TPE with n_startup_trials=20 (not 10)",
+                             factory=partial(optuna.samplers.TPESampler, multivariate=True,
+                                             group=True, constant_liar=False,
+                                             n_startup_trials=20)),
+    "tpe/pruned": Variant("tpe", PRUNED, edit_space=_prune),
+    "random/pruned": Variant("random", PRUNED, edit_space=_prune),
+    "tpe/pruned+tied": Variant("tpe", "as pruned, and cuda_graph_max_bs derived = "
+                               "max_running_requests", edit_space=_prune_and_tie),
 }
 
 
@@ -83,9 +112,7 @@ def _grid_shard(args: tuple[int, int, int]) -> tuple[int, float, dict | None]:
     w = cfg.workload
     workload = Workload(w.input_len, w.output_len, (1, w.target_concurrency))
     count, best, best_params = 0, 0.0, None
-    for i, params in enumerate(space.grid(space_context(cfg), max_points)):
-        if i % n != k:
-            continue
+    for params in islice(space.grid(space_context(cfg), max_points), k, None, n):
         count += 1
         value = scalar({m.concurrency: m for m in backend.measure(params, workload)}, cfg)
         if value > best:
@@ -98,24 +125,35 @@ def grid_optimum(max_points: int) -> dict:
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
         shards = pool.map(_grid_shard, [(k, PROCESSES, max_points) for k in range(PROCESSES)])
     _, best, params = max(shards, key=lambda s: s[1])
-    return {"max_points_per_param": max_points, "size": sum(s[0] for s in shards),
+    levels = (1, Config().workload.target_concurrency)
+    return {"max_points_per_param": max_points, "size": sum(s[0] for s in shards), "levels": levels,
             "optimum": best, "params": params, "seconds": time.perf_counter() - start}
 
 
 def run_one(label: str, seed: int, trials: int, tmp: str) -> list[records.TrialRecord]:
-    name, factory = SAMPLERS[label]
-    tag = f"{list(SAMPLERS).index(label)}-{seed}"  # a fresh DB and study per run
-    study = StudyConfig(name=f"bench-{name}-{tag}", sampler=name, seed=seed,
+    variant = VARIANTS[label]
+    tag = f"{list(VARIANTS).index(label)}-{seed}"  # a fresh DB and study per run
+    study = StudyConfig(name=f"bench-{tag}", sampler=variant.sampler, seed=seed,
                         storage=f"sqlite:///{tmp}/{tag}.db", n_trials=trials)
-    cfg = Config(study=study)
+    cfg = Config(study=study, search_space=_space_file(variant, tmp))
     original = study_mod.make_sampler
-    if factory is not None:  # open_study looks make_sampler up in tuner.study at call time
-        study_mod.make_sampler = lambda _name, s: factory(s)
+    if variant.factory is not None:  # open_study looks make_sampler up at call time
+        study_mod.make_sampler = lambda _name, s: variant.factory(seed=s)
     try:
         run_study(cfg)
     finally:
         study_mod.make_sampler = original
     return records.load_trials(records.connect(study.storage), study.name)
+
+
+def _space_file(variant: Variant, tmp: str) -> str:
+    if variant.edit_space is None:
+        return Config().search_space
+    raw = yaml.safe_load((SHIPPED / f"{Config().search_space}.yaml").read_text())
+    variant.edit_space(raw)
+    path = Path(tmp) / f"{variant.edit_space.__name__}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
 
 
 def best_within(trials: list[records.TrialRecord], k: int, cfg: Config) -> tuple[float, dict]:
@@ -127,35 +165,37 @@ def best_within(trials: list[records.TrialRecord], k: int, cfg: Config) -> tuple
 
 def sampler_runs(label: str, seeds: int, trials: int, optimum: float) -> dict:
     cfg, ks = Config(), sorted({k for k in (10, 20, 30, 40) if k < trials} | {trials})
-    per_seed = []
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(seeds):
-            rows = run_one(label, seed, trials, tmp)
-            ratios = {k: best_within(rows, k, cfg)[0] / optimum for k in ks}
-            value, params = best_within(rows, trials, cfg)
-            per_seed.append({"seed": seed, "ratio": ratios, "best": value, "params": params})
+        runs = [run_one(label, seed, trials, tmp) for seed in range(seeds)]
+    per_seed = []
+    for seed, rows in enumerate(runs):
+        best, params = best_within(rows, trials, cfg)
+        ratio = {k: best_within(rows, k, cfg)[0] / optimum for k in ks}
+        per_seed.append({"seed": seed, "ratio": ratio, "best": best, "params": params})
     median = {k: statistics.median(s["ratio"][k] for s in per_seed) for k in ks}
     return {"sampler": label, "median": median, "seeds": per_seed}
 
 
 def print_report(grid: dict, results: list[dict], trials: int) -> None:
     print(f"grid: space.grid(context, max_points_per_param={grid['max_points_per_param']}), "
-          f"{grid['size']:,} points, levels (1, target), {grid['seconds']:.0f} s "
+          f"{grid['size']:,} points at concurrency {grid['levels']}, {grid['seconds']:.0f} s "
           f"on {PROCESSES} processes")
     print(f"grid optimum: {grid['optimum']:,.1f} tok/s  {_fmt(grid['params'])}\n")
     ks = list(results[0]["median"])
     print("best feasible tok/s at target / grid optimum, median over seeds")
-    head = f"{'sampler':<30}" + "".join(f"{'k=' + str(k):>8}" for k in ks)
-    print(head + f"   per seed at k={trials}")
+    print(f"{'sampler':<18}" + "".join(f"{'k=' + str(k):>8}" for k in ks)
+          + f"   per seed at k={trials}")
     for r in results:
         per_seed = " ".join(f"{s['ratio'][trials]:.3f}" for s in r["seeds"])
-        print(f"{r['sampler']:<30}" + "".join(f"{r['median'][k]:>8.3f}" for k in ks)
+        print(f"{r['sampler']:<18}" + "".join(f"{r['median'][k]:>8.3f}" for k in ks)
               + f"   {per_seed}")
-    print("\nbest params per seed at k={} (differences from the grid optimum):".format(trials))
+    for label in (r["sampler"] for r in results if VARIANTS[r["sampler"]].note):
+        print(f"  {label}: bench-only, {VARIANTS[label].note}")
+    print(f"\nbest params per seed at k={trials} (differences from the grid optimum):")
     for r in results:
         for s in r["seeds"]:
             diff = {k: v for k, v in s["params"].items() if grid["params"].get(k) != v}
-            print(f"  {r['sampler']:<30} seed {s['seed']}  {s['best']:>8,.1f}  {_fmt(diff)}")
+            print(f"  {r['sampler']:<18} seed {s['seed']}  {s['best']:>8,.1f}  {_fmt(diff)}")
 
 
 def _fmt(params: dict | None) -> str:
@@ -168,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--max-points", type=int, default=8, help="grid points per numeric param")
-    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--samplers", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every number")
     args = parser.parse_args(argv)
     start = time.perf_counter()
