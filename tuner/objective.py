@@ -18,6 +18,7 @@ from search_spaces import SearchSpace
 from tuner import records
 from tuner.interrupt import InterruptGate
 from tuner.sla import Limit
+from tuner.study import MEASURED_KEY
 
 OBJECTIVES = ("output_tok_s@target", "tok_s_per_user@1")
 FAILURE_KEY = "failure"
@@ -41,16 +42,20 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
         params = self.space.suggest(trial, self.context)
+        problems = self.space.violations(params, self.context)
         with self.gate.measuring():
-            rows = self._measure(params)
+            rows = self._measure(params, problems)
         failure = next((m.failure for m in rows if m.failure), None)
         command, env = self._command(params)
         excerpt = next((m.log_excerpt for m in rows if m.log_excerpt), "")
         record = records.TrialRecord(
             trial_number=trial.number, backend=self.backend.name, params=params,
-            status=failure.value if failure else "ok", command=command, env=env,
+            status=failure.value if failure else "ok", measured=not problems, command=command,
+            env=env,
             log_excerpt=excerpt, measurements={})
         records.save_trial(self.engine, self.study_name, record, rows)
+        # Only now: an interrupted trial is neither recorded nor counted against the budget.
+        trial.set_user_attr(MEASURED_KEY, not problems)
         if failure is FailureClass.TRANSIENT:
             raise TransientFailure(excerpt or "transient failure")
         by_level = {m.concurrency: m for m in rows}
@@ -60,8 +65,7 @@ class Objective:
             return 0.0, 0.0
         return by_level[self.target_concurrency].output_tok_s, by_level[1].tok_s_per_user
 
-    def _measure(self, params: dict[str, Any]) -> list[Measurement]:
-        problems = self.space.violations(params, self.context)
+    def _measure(self, params: dict[str, Any], problems: list[str]) -> list[Measurement]:
         if problems:  # never reaches a backend
             why = "violates " + "; ".join(problems)
             return [Measurement.failed(c, FailureClass.INVALID_CONFIG, why)

@@ -35,6 +35,8 @@ trials = sa.Table(
     sa.Column("backend", sa.String(64), nullable=False),
     sa.Column("params_json", sa.Text, nullable=False),
     sa.Column("status", sa.String(32), nullable=False),  # "ok" or a FailureClass value
+    # False for samples the search space rejected before any backend saw them.
+    sa.Column("measured", sa.Boolean, nullable=False),
     sa.Column("command", sa.Text, nullable=False),  # shell-quoted launch command, "" if none
     sa.Column("env_json", sa.Text, nullable=False),
     sa.Column("log_excerpt", sa.Text, nullable=False),
@@ -66,6 +68,7 @@ class TrialRecord:
     backend: str
     params: dict[str, Any]
     status: str
+    measured: bool
     command: str
     env: dict[str, str]
     log_excerpt: str
@@ -109,6 +112,7 @@ def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
     trial_row = {
         "study": study, "trial_number": record.trial_number, "backend": record.backend,
         "params_json": json.dumps(record.params, sort_keys=True), "status": record.status,
+        "measured": record.measured,
         "command": record.command, "env_json": json.dumps(record.env),
         "log_excerpt": record.log_excerpt, "created_at": _now(),
     }
@@ -132,7 +136,8 @@ def load_trials(engine: sa.Engine, study: str) -> list[TrialRecord]:
         by_trial.setdefault(m["trial_number"], {})[m["concurrency"]] = metrics
     return [TrialRecord(
         trial_number=t["trial_number"], backend=t["backend"], params=json.loads(t["params_json"]),
-        status=t["status"], command=t["command"], env=json.loads(t["env_json"]),
+        status=t["status"], measured=t["measured"], command=t["command"],
+        env=json.loads(t["env_json"]),
         log_excerpt=t["log_excerpt"], measurements=by_trial.get(t["trial_number"], {}),
     ) for t in trial_rows]
 

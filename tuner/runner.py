@@ -13,7 +13,7 @@ from tuner.interrupt import graceful_interrupt
 from tuner.objective import Objective
 from tuner.objective import TransientFailure
 from tuner.study import enqueue_baseline
-from tuner.study import finished_trials
+from tuner.study import measured_trials
 from tuner.study import open_study
 from tuner.study import run_trials
 from tuner.wiring import backend_from
@@ -24,12 +24,12 @@ LAUNCH_PARAM_NAMES = frozenset(f.name for f in fields(LaunchParams))
 
 
 def run_study(cfg: Config) -> int:
-    """Run until the study holds ``n_trials`` finished trials; returns how many ran now."""
+    """Run until the study holds ``n_trials`` measured trials; returns how many ran now."""
     space = load_space(cfg.search_space, known_params=LAUNCH_PARAM_NAMES)
     engine = records.connect(cfg.study.storage)
     records.save_study_config(engine, cfg.study.name, cfg.model_dump(mode="json"))
     study = open_study(cfg)
-    done = finished_trials(study)
+    done = measured_trials(study)
     remaining = cfg.study.n_trials - done
     if remaining <= 0:
         render.note(f"study {cfg.study.name!r} already has {done} trials "
@@ -43,6 +43,12 @@ def run_study(cfg: Config) -> int:
             space=space, context=space_context(cfg), backend=backend_from(cfg),
             workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
             limits=cfg.workload.limits, study_name=cfg.study.name, engine=engine, gate=gate)
-        run_trials(study, objective, remaining, lambda p: update(p.best_tok_s),
-                   catch=(TransientFailure,))
-    return remaining
+        progress = run_trials(study, objective, remaining, lambda p: update(p.best_tok_s),
+                              catch=(TransientFailure,))
+    if progress.rejected:
+        render.note(f"{progress.rejected} samples broke the search space's constraints and "
+                    "were rejected before measuring (recorded as invalid_config)")
+    if progress.measured < remaining:
+        render.note(f"stopped after {progress.measured} measured trials: the sampler keeps "
+                    "proposing samples the space's constraints reject", "yellow")
+    return progress.measured

@@ -53,7 +53,10 @@ def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
         raise NoResultError("the study has no trials yet; run `dflash-tune run` first")
     ok = [t for t in trials if t.ok]
     if not ok:
-        raise NoResultError(f"all {len(trials)} trials failed; nothing to choose from")
+        measured = sum(1 for t in trials if t.measured)
+        rejected = len(trials) - measured
+        also = f" ({rejected} more samples broke the space's constraints)" if rejected else ""
+        raise NoResultError(f"all {measured} measured trials failed{also}; nothing to choose from")
     cands = [c for c in candidates(ok, target, limits) if usable(c.trial)]
     if not cands:
         sla = ", ".join(map(str, limits)) or "none"

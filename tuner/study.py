@@ -12,6 +12,11 @@ from tuner.config import Config
 
 # The baseline is always measured: plain decoding, everything else sampled.
 BASELINE = {"speculative_algorithm": "none"}
+# Trial user attribute: True when a backend measured the trial. Samples the search space's
+# constraints reject never reach a backend, so they teach the sampler without using the budget.
+MEASURED_KEY = "measured"
+# Give up when the sampler keeps proposing constraint-violating samples.
+MAX_REJECTED_PER_TRIAL = 20
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -38,10 +43,9 @@ def open_study(cfg: Config, n_objectives: int = 2) -> optuna.Study:
         sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
 
 
-def finished_trials(study: optuna.Study) -> int:
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
-              optuna.trial.TrialState.PRUNED)
-    return len(study.get_trials(deepcopy=False, states=states))
+def measured_trials(study: optuna.Study) -> int:
+    """Trials a backend measured (the budget ``n_trials`` counts these)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(MEASURED_KEY))
 
 
 def enqueue_baseline(study: optuna.Study) -> None:
@@ -50,24 +54,35 @@ def enqueue_baseline(study: optuna.Study) -> None:
 
 @dataclass(slots=True)
 class Progress:
-    """What the progress display needs after each trial."""
+    """What the progress display needs after each measured trial."""
 
-    done: int
+    measured: int
+    rejected: int
     best_tok_s: float | None
 
 
-def run_trials(study: optuna.Study, objective: Callable, n_trials: int,
-               on_trial: Callable[[Progress], None], catch: tuple[type[Exception], ...]) -> None:
-    best: list[float | None] = [None]
+def run_trials(study: optuna.Study, objective: Callable, n_measured: int,
+               on_trial: Callable[[Progress], None],
+               catch: tuple[type[Exception], ...]) -> Progress:
+    """Run until ``n_measured`` more trials were measured (or too many samples were rejected)."""
+    progress = Progress(measured=0, rejected=0, best_tok_s=None)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state == optuna.trial.TrialState.COMPLETE and _feasible(trial):
-            value = trial.values[0]
-            best[0] = value if best[0] is None else max(best[0], value)
-        on_trial(Progress(done=trial.number, best_tok_s=best[0]))
+        if not trial.user_attrs.get(MEASURED_KEY):
+            progress.rejected += 1
+        else:
+            progress.measured += 1
+            if trial.state == optuna.trial.TrialState.COMPLETE and _feasible(trial):
+                value = trial.values[0]
+                progress.best_tok_s = max(value, progress.best_tok_s or value)
+            on_trial(progress)
+        if (progress.measured >= n_measured
+                or progress.rejected >= MAX_REJECTED_PER_TRIAL * n_measured):
+            study.stop()
 
-    study.optimize(objective, n_trials=n_trials, callbacks=[callback], catch=catch,
+    study.optimize(objective, n_trials=None, callbacks=[callback], catch=catch,
                    gc_after_trial=False)
+    return progress
 
 
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:

@@ -28,8 +28,8 @@ def studied(tmp_path_factory) -> Path:
 
 def _records(folder: Path) -> list[tuple]:
     with sqlite3.connect(folder / "results.db") as db:
-        return db.execute("select trial_number, status, params_json from dflash_tune_trials "
-                          "order by trial_number").fetchall()
+        return db.execute("select trial_number, status, params_json, measured "
+                          "from dflash_tune_trials order by trial_number").fetchall()
 
 
 def _optuna_states(folder: Path) -> list[str]:
@@ -40,12 +40,22 @@ def _optuna_states(folder: Path) -> list[str]:
 
 def test_run_records_every_trial_and_measures_the_baseline_first(studied):
     rows = _records(studied)
-    assert [r[0] for r in rows] == list(range(20))
-    assert json.loads(rows[0][2])["speculative_algorithm"] == "none"
+    assert [r[0] for r in rows] == list(range(len(rows)))
+    measured = [r for r in rows if r[3]]
+    assert len(measured) == 20  # n_trials counts what a backend measured
+    assert json.loads(rows[0][2])["speculative_algorithm"] == "none" and rows[0][3]
     with sqlite3.connect(studied / "results.db") as db:
         levels = db.execute("select count(*) from dflash_tune_measurements "
                             "where trial_number = 0").fetchone()[0]
     assert levels == 7  # one row per concurrency level of the workload
+
+
+def test_samples_breaking_the_space_constraints_are_recorded_but_not_measured(studied):
+    rejected = [r for r in _records(studied) if not r[3]]
+    for _, status, params_json, _ in rejected:
+        assert status == "invalid_config"
+        params = json.loads(params_json)  # TP4 with EP8 is the one layout the space rejects
+        assert params["ep_size"] > params["tp_size"] or params.get("enable_dp_attention")
 
 
 def test_emit_flags_prints_only_a_command_that_keeps_the_model_path_whole(studied):
@@ -87,14 +97,16 @@ def test_best_without_a_study_exits_1_with_a_clear_message(tmp_path):
 
 
 def test_best_when_every_trial_failed_exits_1(tmp_path):
-    # Kimi K2.6 needs ~74 GB a GPU at TP8: nothing fits on 80 GB H100s at these fractions.
-    write_config(tmp_path, hardware={"gpu": "h100-sxm"}, study={"n_trials": 8})
+    # Kimi K2.6 weights take ~69 GiB a GPU at TP8, leaving an 80 GB H100 at most ~4 GiB of KV
+    # (~60K tokens of MLA latent): no KV pool holds one 200K-token request.
+    write_config(tmp_path, hardware={"gpu": "h100-sxm"}, study={"n_trials": 8},
+                 workload={"input_len": 200_000})
     assert cli("run", cwd=tmp_path).returncode == 0
     statuses = {r[1] for r in _records(tmp_path)}
     assert "oom" in statuses and "ok" not in statuses
     result = cli("best", cwd=tmp_path)
     assert result.returncode == 1
-    assert "all 8 trials failed" in result.stderr
+    assert "all 8 measured trials failed" in result.stderr
 
 
 def test_best_does_not_import_optuna(studied):
@@ -122,12 +134,13 @@ def test_interrupted_run_keeps_finished_trials_and_resumes(tmp_path):
     assert "run again to resume" in err
     states = _optuna_states(tmp_path)
     assert "RUNNING" not in states
-    kept = len(_records(tmp_path))
-    assert states.count("COMPLETE") == kept >= 5
-    result = cli("run", "--trials", str(len(states) + 3), cwd=tmp_path)
+    kept = _records(tmp_path)
+    assert states.count("COMPLETE") == len(kept) >= 5
+    measured = sum(1 for r in kept if r[3])
+    result = cli("run", "--trials", str(measured + 3), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "resuming study" in result.stderr
-    assert len(_records(tmp_path)) == kept + 3
+    assert sum(1 for r in _records(tmp_path) if r[3]) == measured + 3
 
 
 def _safe_records(folder: Path) -> list[tuple]:
