@@ -69,15 +69,6 @@ def _prune(raw: dict) -> None:
     raw["params"]["enable_dp_attention"]["choices"] = [False]
 
 
-def _prune_and_tie(raw: dict) -> None:
-    _prune(raw)
-    params = raw["params"]
-    params["cuda_graph_max_bs"] = {"derive": "max_running_requests", "when": "cuda_graph"}
-    names = [n for n in params if n != "max_running_requests"]
-    names.insert(names.index("cuda_graph"), "max_running_requests")  # read by the derive
-    raw["params"] = {n: params[n] for n in names}
-
-
 PRUNED = "space without TP4 and attention-DP (always OOM on this node)"
 VARIANTS: dict[str, Variant] = {
     "tpe": Variant("tpe"),
@@ -88,8 +79,6 @@ VARIANTS: dict[str, Variant] = {
                                              n_startup_trials=20)),
     "tpe/pruned": Variant("tpe", PRUNED, edit_space=_prune),
     "random/pruned": Variant("random", PRUNED, edit_space=_prune),
-    "tpe/pruned+tied": Variant("tpe", "as pruned, and cuda_graph_max_bs derived = "
-                               "max_running_requests", edit_space=_prune_and_tie),
 }
 
 

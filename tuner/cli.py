@@ -49,7 +49,7 @@ def _config(path: Path | None, **overrides):
 def run(config: ConfigOpt = None, backend: Annotated[Optional[str], typer.Option(
             help="Backend to measure with (model, ...).")] = None,
         trials: Annotated[Optional[int], typer.Option(
-            help="Total trials the study should hold; a resumed study runs the rest.")] = None,
+            help="Measured trials the study should hold; a resumed study runs the rest.")] = None,
         storage: StorageOpt = None, study: StudyOpt = None) -> None:
     """Run (or resume) a study and store every trial in the results DB."""
     cfg = _config(config, **{"backend.name": backend, "study.n_trials": trials,

@@ -52,6 +52,7 @@ class ModelArch:
     kv_bytes_per_token_layer: int  # bf16; MLA latent or GQA K+V
     kv_heads: int  # 0 for MLA: its latent is shared by all heads, so TP replicates it
     attn_flops_per_token_ctx_layer: int  # score + value FLOPs per (token, context token, layer)
+    tied_embeddings: bool = False  # the LM head is the embedding table (small Qwen3s)
 
     @property
     def num_moe_layers(self) -> int:
@@ -75,9 +76,10 @@ class ModelArch:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes resident in GPU memory (embedding table included)."""
+        """Bytes resident in GPU memory (embedding table included, once if tied)."""
         routed = self.num_moe_layers * self.num_experts * self.expert_bytes
-        return (self.bf16_params + self.vocab * self.hidden) * BF16_BYTES + routed
+        embedding = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return (self.bf16_params + embedding) * BF16_BYTES + routed
 
 
 @dataclass(slots=True, frozen=True)
@@ -163,6 +165,7 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         expert_weight_bits=c.get("expert_weight_bits") or _quantized_bits(c) or 16,
         kv_bytes_per_token_layer=kv_bytes, kv_heads=kv_heads,
         attn_flops_per_token_ctx_layer=attn_flops,
+        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
     )
 
 

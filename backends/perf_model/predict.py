@@ -34,17 +34,16 @@ def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
     """Per-component ms of one decode step for ``batch`` running requests on one replica."""
     padded = graphed(s.lp, batch)
     use_graph = padded is not None
-    run_batch = padded or batch  # padding rows cost compute and wire bytes, not weight reads
-    verify = target_forward(s.node, s.model, s.lp, run_batch, s.lp.verify_tokens, context,
-                            use_graph)
+    verify = target_forward(s.node, s.model, s.lp, batch, s.lp.verify_tokens, context,
+                            use_graph, padded)
     parts = {"weights": verify.weights, "kv": verify.kv, "matmul_fixed": verify.matmul_fixed,
              "comm": verify.comm}
     host = verify.host
     if s.acceptance is not None and s.drafter is not None:
         # SGLang runs the drafter eagerly under attention-DP even with decode graphs on.
         draft_graph = use_graph and not s.lp.enable_dp_attention
-        draft = draft_forward(s.node, s.model, s.drafter, s.lp, run_batch,
-                              s.acceptance.mean, context, draft_graph)
+        draft = draft_forward(s.node, s.model, s.drafter, s.lp, batch, s.acceptance.mean,
+                              context, draft_graph, padded if draft_graph else None)
         parts["draft"] = draft.device
         host += draft.host
     # Launches are asynchronous: the host runs ahead of the GPU until the step's one sync, so

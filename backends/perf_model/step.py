@@ -85,9 +85,11 @@ def graphed(lp: LaunchParams, batch: int) -> int | None:
 
 
 def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, tokens_per_req: int,
-                   context: float, use_graph: bool) -> Forward:
+                   context: float, use_graph: bool, padded_batch: int | None = None) -> Forward:
+    """``padded_batch``: rows a captured graph computes; padding costs compute, wire bytes and
+    expert reads, but reads no KV (it has no context)."""
     tp = lp.tp_size
-    tokens = batch * tokens_per_req
+    tokens = (padded_batch or batch) * tokens_per_req
     experts = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size) if m.is_moe else 0
     moe_tp = tp // lp.ep_size
     # Attention-DP replicates the BF16 non-expert weights (as memory.py counts them), so each
@@ -107,11 +109,12 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
 
 
 def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
-                  committed_per_req: float, context: float, use_graph: bool) -> Forward:
+                  committed_per_req: float, context: float, use_graph: bool,
+                  padded_batch: int | None = None) -> Forward:
     """One DFlash drafter pass: ``block_size`` positions a request, plus fusing the tokens the
     last step committed into the drafter's context K/V. Shares the target's LM head."""
     tp = lp.tp_size
-    tokens = batch * lp.speculative_dflash_block_size
+    tokens = (padded_batch or batch) * lp.speculative_dflash_block_size
     lm_head = m.vocab * m.hidden
     weight_bytes = (d.weight_bytes + lm_head * BF16_BYTES) / tp
     flops = 2.0 * (tokens * (d.num_layers * d.params_per_layer + lm_head)

@@ -194,3 +194,10 @@ def test_unknown_gpu_lists_the_known_ones():
     with pytest.raises(CatalogError) as err:
         load_hardware("rtx-4090")
     assert "h200-sxm" in str(err.value) and "rtx-pro-6000-server" in str(err.value)
+
+
+def test_tied_embeddings_are_stored_once(write_config):
+    untied = load_model(write_config(QWEN3_8B_CONFIG, "untied"))
+    tied = load_model(write_config({**QWEN3_8B_CONFIG, "tie_word_embeddings": True}, "tied"))
+    # One 151,936 x 4,096 bf16 table fewer: 1,244,659,712 bytes.
+    assert untied.weight_bytes - tied.weight_bytes == 151936 * 4096 * 2

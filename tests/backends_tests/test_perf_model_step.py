@@ -201,3 +201,11 @@ def test_ddtree_drafter_pays_for_its_tree_build_eagerly(pcie_node, kimi, model_b
             for lp in (chain, tree)]
     # 6 layers x 15 + 20 = 110 launches; DDTree adds 30: 2.75 ms -> 3.5 ms
     assert host == pytest.approx([2.75, 3.5])
+
+
+def test_graph_padding_rows_read_no_kv_but_cost_wire_bytes(pcie_node, kimi):
+    # 3 requests replayed in a 4-row graph: KV of 3 requests, all-reduces sized for 4 rows.
+    real = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True)
+    padded = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True, padded_batch=4)
+    assert padded.kv == pytest.approx(3 * 0.112646, rel=1e-5) == real.kv
+    assert padded.comm > real.comm
