@@ -51,9 +51,9 @@ class Objective:
         record = records.TrialRecord(
             trial_number=trial.number, backend=self.backend.name, params=params,
             status=failure.value if failure else "ok", measured=not problems, command=command,
-            env=env,
-            log_excerpt=excerpt, measurements={})
-        records.save_trial(self.engine, self.study_name, record, rows)
+            env=env, log_excerpt=excerpt, measurements={})
+        # A rejected sample has no measurements to keep, only the reason in its log excerpt.
+        records.save_trial(self.engine, self.study_name, record, [] if problems else rows)
         # Only now: an interrupted trial is neither recorded nor counted against the budget.
         trial.set_user_attr(MEASURED_KEY, not problems)
         if failure is FailureClass.TRANSIENT:
