@@ -25,7 +25,9 @@ LAUNCH_PARAM_NAMES = frozenset(f.name for f in fields(LaunchParams))
 
 def run_study(cfg: Config) -> int:
     """Run until the study holds ``n_trials`` measured trials; returns how many ran now."""
+    # Everything that can be wrong with the config fails here, before the DB is touched.
     space = load_space(cfg.search_space, known_params=LAUNCH_PARAM_NAMES)
+    backend, context = backend_from(cfg), space_context(cfg)
     engine = records.connect(cfg.study.storage)
     records.save_study_config(engine, cfg.study.name, cfg.model_dump(mode="json"))
     study = open_study(cfg)
@@ -40,7 +42,7 @@ def run_study(cfg: Config) -> int:
     enqueue_baseline(study)
     with graceful_interrupt() as gate, render.trial_progress(cfg.study.n_trials, done) as update:
         objective = Objective(
-            space=space, context=space_context(cfg), backend=backend_from(cfg),
+            space=space, context=context, backend=backend,
             workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
             limits=cfg.workload.limits, study_name=cfg.study.name, engine=engine, gate=gate)
         progress = run_trials(study, objective, remaining, lambda p: update(p.best_tok_s),

@@ -48,7 +48,8 @@ def load_reference(name_or_path: str) -> Reference:
     workload = Workload(wl["input_len"], wl["output_len"], tuple(wl["concurrency"]))
     defaults = raw.get("defaults", {})
     observations = tuple(
-        Observation(o["name"], {**defaults, **o.get("params", {})}, o["at"], o["output_tok_s"])
+        Observation(o["name"], {**defaults, **o.get("params", {})}, o["at"],
+                    float(o["output_tok_s"]))
         for o in raw["observations"])
     return Reference(deployment, workload, observations)
 

@@ -71,3 +71,12 @@ def test_cli_config_error_exits_2_without_traceback(tmp_path):
     assert "Traceback" not in result.stderr
     assert "study.n_trials:" in result.stderr and "study.bogus:" in result.stderr
     assert result.stdout == ""
+
+
+def test_unknown_backend_fails_before_any_study_is_created(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"study": {"storage": f"sqlite:///{tmp_path / 'r.db'}"}}))
+    result = cli("run", "-c", str(path), "--backend", "nope", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unknown backend 'nope'; available: model" in result.stderr
+    assert not (tmp_path / "r.db").exists()
