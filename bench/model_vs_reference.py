@@ -23,12 +23,9 @@ except ImportError:  # not installed: run from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.perf_model.calibrate import Comparison
-from backends.perf_model.calibrate import compare
-from backends.perf_model.calibrate import fit
-from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.references import fit_reference
 from backends.perf_model.references import load_reference
-from backends.perf_model.references import model_predictor
 
 TOLERANCE = 0.25
 # (check, predicate over predicted tok/s by observation name); a check whose observations the
@@ -47,12 +44,7 @@ CONCLUSIONS: tuple[tuple[str, Callable[[Predicted], bool]], ...] = (
 
 
 def calibrate(name: str) -> tuple[Efficiency, list[Comparison]]:
-    ref = load_reference(name)
-    predictor = model_predictor(ref.deployment)
-    start = Efficiency(
-        collective_latency_us=load_hardware(ref.deployment.gpu).collective_latency_us)
-    eff = fit(predictor, ref.observations, ref.workload, start)
-    return eff, compare(predictor, eff, ref.observations, ref.workload)
+    return fit_reference(load_reference(name))
 
 
 def checks(eff: Efficiency, rows: list[Comparison]) -> list[tuple[str, str]]:

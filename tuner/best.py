@@ -9,6 +9,7 @@ from typing import Any
 from backends.flags import is_experimental
 from backends.flags import render_command
 from backends.flags import render_env
+from backends.flags import render_shell
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from tuner import records
@@ -45,6 +46,9 @@ class BestResult:
 
 
 def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestResult:
+    missing = records.missing_sqlite_file(cfg.study.storage)
+    if missing:
+        raise NoResultError(f"no results DB at {missing}; run `dflash-tune run` first")
     db = records.connect(cfg.study.storage)
     stored = records.load_study_config(db, cfg.study.name)
     if stored is None:
@@ -76,8 +80,6 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
 
 def format_command(result: BestResult, fmt: str) -> str:
     """The launch command alone: shell (env prefix when needed), or argv + env as JSON/YAML."""
-    from backends.flags import render_shell
-
     if fmt == "shell":
         prefix = ["env", *(f"{k}={v}" for k, v in sorted(result.env.items()))] if result.env else []
         return render_shell(prefix + result.argv)

@@ -111,10 +111,10 @@ class BackendConfig(_Section):
     # The model backend's fitted constants (see `dflash-tune calibrate`); fitted on the
     # reference node's numbers.
     efficiency: dict[str, float] = {
-        "bandwidth_efficiency": 0.61,
-        "collective_latency_us": 48.7,
+        "bandwidth_efficiency": 0.608,
+        "collective_latency_us": 48.6,
         "launch_overhead_us": 40.8,
-        "matmul_fixed_us": 0.254,
+        "matmul_fixed_us": 0.255,
     }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -77,6 +78,15 @@ class TrialRecord:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite DB file that does not exist yet (reading it would create it)."""
+    parsed = sa.engine.make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return None
+    return None if Path(path).exists() else path
 
 
 def connect(url: str) -> sa.Engine:

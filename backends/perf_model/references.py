@@ -14,8 +14,12 @@ from backends.deployment import DrafterSpec
 from backends.flags import LaunchTarget
 from backends.perf_model.backend import PerfModelBackend
 from backends.perf_model.calibrate import PEAK
+from backends.perf_model.calibrate import Comparison
 from backends.perf_model.calibrate import Observation
 from backends.perf_model.calibrate import Predictor
+from backends.perf_model.calibrate import compare
+from backends.perf_model.calibrate import fit
+from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import Efficiency
 
 _DIR = Path(__file__).parent / "references"
@@ -65,6 +69,16 @@ def model_predictor(deployment: Deployment) -> Predictor:
         return max(by_level.values()) if obs.at == PEAK else by_level.get(obs.at, 0.0)
 
     return predict
+
+
+def fit_reference(ref: Reference) -> tuple[Efficiency, list[Comparison]]:
+    """Constants fitted to ``ref`` (from neutral values and the interconnect's latency) and how
+    each observation compares under them."""
+    predict = model_predictor(ref.deployment)
+    hw = load_hardware(ref.deployment.gpu)
+    start = Efficiency(collective_latency_us=hw.collective_latency_us)
+    eff = fit(predict, ref.observations, ref.workload, start)
+    return eff, compare(predict, eff, ref.observations, ref.workload)
 
 
 def _tuples(raw: dict[str, Any]) -> dict[str, Any]:

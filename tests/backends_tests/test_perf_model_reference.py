@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 
 from backends.perf_model.calibrate import compare
-from backends.perf_model.calibrate import fit
-from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.references import fit_reference
 from backends.perf_model.references import load_reference
 from backends.perf_model.references import model_predictor
 
@@ -21,12 +20,8 @@ OBSERVATIONS = [o.name for o in load_reference(REFERENCE).observations]
 
 @pytest.fixture(scope="module")
 def fitted(pcie8_reference):
-    ref = pcie8_reference
-    predictor = model_predictor(ref.deployment)
-    start = Efficiency(
-        collective_latency_us=load_hardware(ref.deployment.gpu).collective_latency_us)
-    eff = fit(predictor, ref.observations, ref.workload, start)
-    return eff, {c.name: c for c in compare(predictor, eff, ref.observations, ref.workload)}
+    eff, comparisons = fit_reference(pcie8_reference)
+    return eff, {c.name: c for c in comparisons}
 
 
 @pytest.fixture(scope="module")

@@ -88,12 +88,19 @@ def test_a_stricter_sla_changes_or_empties_the_choice(studied):
     assert tpot
 
 
-def test_best_without_a_study_exits_1_with_a_clear_message(tmp_path):
+def test_best_without_a_results_db_exits_1_and_creates_none(tmp_path):
     write_config(tmp_path)
     result = cli("best", cwd=tmp_path)
     assert result.returncode == 1
-    assert "no study named 'pcie8-kimi-sglang'" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "no results DB at" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "results.db").exists()
+
+
+def test_best_for_a_study_the_db_lacks_names_the_ones_it_has(studied):
+    result = cli("best", "--study", "absent", cwd=studied)
+    assert result.returncode == 1
+    assert "no study named 'absent'" in result.stderr
+    assert "(studies: pcie8-kimi-sglang)" in result.stderr
 
 
 def test_best_when_every_trial_failed_exits_1(tmp_path):
