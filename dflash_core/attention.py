@@ -1,0 +1,93 @@
+"""Attention for a batch of new tokens over a cached prefix plus each other.
+
+The prefix part runs with no per-node mask: every new token of a row sees that row's whole
+committed prefix, so one grouped matmul reads each prefix K/V once for all N tokens and all the
+query heads sharing it (GQA heads are grouped by a view, never copied). Only the N x N part among
+the new tokens is masked. The two partial softmaxes are merged by their log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from dflash_core.config import ModelConfig
+from dflash_core.kv_cache import KVCache
+from dflash_core.layers import RMSNorm, apply_rope
+from dflash_core.step import Step
+
+
+def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
+           k_new: Tensor, v_new: Tensor, mask: Tensor) -> Tensor:
+    """q: [B, Hq, N, D]; prefix K/V: [B, Hkv, S, D]; k_new/v_new: [B, Hkv, N, D]; mask: [B, N, N].
+
+    Returns [B, Hq, N, D]."""
+    b, hq, n, d = q.shape
+    groups = hq // k_new.shape[1]
+    qg = q.reshape(b, -1, groups * n, d) * d**-0.5  # [B, Hkv, G*N, D]: row g*N + n
+    tree_bias = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B, 1, G*N, N]
+    out, lse = _partial(qg, k_new, v_new, tree_bias)
+    if prefix is not None and prefix[0].shape[2]:
+        keys = torch.arange(prefix[0].shape[2], device=q.device)
+        length_bias = _additive(keys < prefix_lens[:, None])[:, None, None]  # [B, 1, 1, S]
+        out, lse = _merge(out, lse, *_partial(qg, prefix[0], prefix[1], length_bias))
+    return out.reshape(b, hq, n, d).to(q.dtype)
+
+
+def _additive(visible: Tensor) -> Tensor:
+    return torch.zeros(visible.shape, device=visible.device).masked_fill(~visible, float("-inf"))
+
+
+def _partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+    """Softmax attention over one key set, with its log-sum-exp for merging (fp32 softmax)."""
+    scores = (qg @ k.transpose(-1, -2)).float() + bias  # [B, Hkv, G*N, S]
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # [B, Hkv, G*N, 1]
+    # A row with an empty prefix has lse = -inf; clamping makes its weights 0, not NaN.
+    probs = torch.exp(scores - lse.clamp_min(torch.finfo(lse.dtype).min))
+    return (probs.to(v.dtype) @ v).float(), lse  # [B, Hkv, G*N, D]
+
+
+def _merge(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    lse = torch.logaddexp(lse_a, lse_b)
+    return out_a * torch.exp(lse_a - lse) + out_b * torch.exp(lse_b - lse), lse
+
+
+class Attention(nn.Module):
+    """Qwen3 attention: GQA, per-head RMSNorm on q and k, RoPE at explicit positions."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = (
+            cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def project_q(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+        """x: [B, N, H] -> q: [B, Hq, N, D] (normed and rotated)."""
+        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.n_heads)), *rope)
+
+    def project_kv(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """x: [B, N, H] -> k, v: [B, Hkv, N, D] (k normed and rotated)."""
+        k = self.k_norm(self._heads(self.k_proj(x), self.n_kv))
+        return apply_rope(k, *rope), self._heads(self.v_proj(x), self.n_kv)
+
+    def project_out(self, out: Tensor) -> Tensor:
+        return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, Hq, N, D] -> [B, N, H]
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], step: Step,
+                cache: KVCache, layer: int) -> Tensor:
+        """Writes the new K/V to `step.slots` after reading the prefix, so a node never sees
+        its own scratch slot through the prefix path."""
+        q = self.project_q(x, rope)  # [B, Hq, N, D]
+        k, v = self.project_kv(x, rope)  # [B, Hkv, N, D]
+        prefix = cache.prefix(layer, step.read_len)
+        out = attend(q, prefix, step.prefix_lens, k, v, step.mask)  # [B, Hq, N, D]
+        cache.write(layer, step.slots, k, v)
+        return self.project_out(out)  # [B, N, H]
+
+    def _heads(self, x: Tensor, heads: int) -> Tensor:
+        return x.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)  # [B, heads, N, D]

@@ -1,0 +1,153 @@
+"""Model shapes read from Hugging Face ``config.json`` files (Qwen3 dense / MoE, DFlash drafter)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or its config does not match what the engine expects."""
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """The subset of a Qwen3 / Qwen3-MoE config the engine needs."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    # MoE (Qwen3-30B-A3B layout); num_experts == 0 means dense.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1
+    mlp_only_layers: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise CheckpointError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise CheckpointError("num_experts_per_tok must be in 1..num_experts")
+
+    def is_moe_layer(self, layer: int) -> bool:
+        if not self.num_experts or layer in self.mlp_only_layers:
+            return False
+        return (layer + 1) % self.decoder_sparse_step == 0
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
+        raw = raw.get("text_config", raw)
+        try:
+            kwargs = {name: raw[name] for name in _REQUIRED}
+        except KeyError as missing:
+            raise CheckpointError(f"config.json lacks {missing.args[0]!r}") from None
+        kwargs["head_dim"] = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
+        kwargs.update({k: raw[k] for k in _OPTIONAL if raw.get(k) is not None})
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__slots__}
+        out["architectures"] = ["Qwen3MoeForCausalLM" if self.num_experts else "Qwen3ForCausalLM"]
+        out["model_type"] = "qwen3_moe" if self.num_experts else "qwen3"
+        return out
+
+
+_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+_OPTIONAL = (
+    "rms_norm_eps",
+    "rope_theta",
+    "tie_word_embeddings",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "norm_topk_prob",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+)
+
+
+@dataclass(slots=True)
+class DrafterConfig:
+    """A DFlash drafter: Qwen3-style layers plus the fields that tie it to its target."""
+
+    layers: ModelConfig
+    block_size: int
+    target_layer_ids: list[int]
+    mask_token_id: int
+
+    def __post_init__(self) -> None:
+        if self.block_size < 2:
+            raise CheckpointError(f"block_size must be >= 2, got {self.block_size}")
+        if not self.target_layer_ids:
+            raise CheckpointError("dflash_config.target_layer_ids is empty")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> DrafterConfig:
+        layers = ModelConfig.from_dict(raw)
+        dflash = raw.get("dflash_config") or {}
+        if "block_size" not in raw or "mask_token_id" not in dflash:
+            raise CheckpointError("drafter config.json needs block_size and dflash_config.mask_token_id")
+        layer_ids = dflash.get("target_layer_ids") or default_target_layers(
+            raw.get("num_target_layers", 0), layers.num_hidden_layers
+        )
+        return cls(layers, raw["block_size"], list(layer_ids), dflash["mask_token_id"])
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.layers.to_dict()
+        out["architectures"] = ["DFlashDraftModel"]
+        out["block_size"] = self.block_size
+        out["dflash_config"] = {
+            "target_layer_ids": list(self.target_layer_ids),
+            "mask_token_id": self.mask_token_id,
+        }
+        return out
+
+    def check_target(self, target: ModelConfig) -> None:
+        """Refuse a drafter that cannot run on this target (it borrows embedding and LM head)."""
+        if self.layers.hidden_size != target.hidden_size:
+            raise CheckpointError(
+                f"drafter hidden_size {self.layers.hidden_size} != target hidden_size "
+                f"{target.hidden_size}"
+            )
+        bad = [i for i in self.target_layer_ids if not 0 <= i < target.num_hidden_layers]
+        if bad:
+            raise CheckpointError(
+                f"target_layer_ids {bad} out of range for a {target.num_hidden_layers}-layer target"
+            )
+        if not 0 <= self.mask_token_id < target.vocab_size:
+            raise CheckpointError(f"mask_token_id {self.mask_token_id} outside the target vocab")
+
+
+def default_target_layers(num_target_layers: int, num_fused: int) -> list[int]:
+    """n points evenly spaced over 1..L-3 (the DFlash default when the config lists none)."""
+    if num_target_layers < 4:
+        raise CheckpointError("drafter config has neither target_layer_ids nor num_target_layers")
+    if num_fused == 1:
+        return [num_target_layers // 2]
+    span = num_target_layers - 4
+    return [round(1 + span * i / (num_fused - 1)) for i in range(num_fused)]
+
+
+def read_config(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found")
+    return json.loads(path.read_text())

@@ -1,0 +1,63 @@
+"""Static KV cache: preallocated once, written at explicit slots, compacted in place on commit.
+
+Layout per request row: committed tokens at slots [0, length); a round's tree nodes are written
+at scratch slots [length, length + N) (node i at length + i). Committing an accepted path copies
+its nodes down to [length, length + a + 1). Rejected nodes are never cleaned up: they sit past
+the committed length, where no one reads, until the next round overwrites them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(slots=True)
+class KVCache:
+    k: Tensor  # [layers, B, Hkv, S, D]
+    v: Tensor  # [layers, B, Hkv, S, D]
+
+    @classmethod
+    def allocate(cls, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str) -> KVCache:
+        shape = (layers, batch, kv_heads, capacity, head_dim)
+        return cls(torch.zeros(shape, dtype=dtype, device=device),
+                   torch.zeros(shape, dtype=dtype, device=device))
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[3]
+
+    def write(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> None:
+        """slots: [B, N]; k, v: [B, Hkv, N, D]."""
+        index = slots[:, None, :, None].expand_as(k)  # [B, Hkv, N, D]
+        self.k[layer].scatter_(2, index, k)
+        self.v[layer].scatter_(2, index, v)
+
+    def prefix(self, layer: int, length: int) -> tuple[Tensor, Tensor]:
+        """The first `length` slots of every row (callers mask each row's own length)."""
+        return self.k[layer, :, :, :length], self.v[layer, :, :, :length]
+
+    def commit(self, starts: Tensor, path: Tensor) -> None:
+        """Move path nodes (scratch index, [B, A]) to contiguous slots starts + 0..A-1.
+
+        Path entries past a row's accepted length are harmless: they land beyond the new
+        committed length. No re-rotation: node j of the path was computed at position
+        start + j, its final position.
+        """
+        src = starts[:, None] + path  # [B, A]
+        dst = starts[:, None] + torch.arange(path.shape[1], device=path.device)  # [B, A]
+        for cache in (self.k, self.v):
+            shape = (cache.shape[0], cache.shape[1], cache.shape[2], path.shape[1], cache.shape[4])
+            moved = cache.gather(3, src[None, :, None, :, None].expand(shape))  # [L, B, Hkv, A, D]
+            cache.scatter_(3, dst[None, :, None, :, None].expand(shape), moved)
+
+    def row_range(self, batch: int) -> KVCache:
+        """The first `batch` rows as a view (a cache allocated for max_batch serves smaller ones)."""
+        return KVCache(self.k[:, :batch], self.v[:, :batch])
+
+    def row(self, b: int) -> KVCache:
+        """A batch-1 view of row b (writes go to the shared storage)."""
+        return KVCache(self.k[:, b : b + 1], self.v[:, b : b + 1])

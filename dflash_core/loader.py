@@ -1,0 +1,98 @@
+"""Checkpoints in the public layouts: HF Qwen3 targets and DFlash drafters (safetensors).
+
+Targets: ``config.json`` + ``model.safetensors`` or a sharded ``model.safetensors.index.json``.
+Drafters: ``config.json`` (with ``block_size`` and ``dflash_config``) + ``model.safetensors``
+holding ``fc``, ``hidden_norm``, ``norm`` and ``layers.{i}.*`` with no ``model.`` prefix and no
+embedding or LM head. A checkpoint that does not fit is refused with a CheckpointError naming the
+key, the shapes or the mismatched size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from dflash_core.config import CheckpointError, DrafterConfig, ModelConfig, read_config
+from dflash_core.drafter import Drafter
+from dflash_core.target import Target
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def load_target(directory: str | Path, dtype: torch.dtype = torch.float32,
+                device: str | torch.device = "cpu") -> Target:
+    config = ModelConfig.from_dict(read_config(directory))
+    return _load_into(Target(config), read_weights(directory), dtype, device)
+
+
+def load_drafter(directory: str | Path, target: ModelConfig | None = None,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Drafter:
+    config = DrafterConfig.from_dict(read_config(directory))
+    if target is not None:
+        config.check_target(target)
+    return _load_into(Drafter(config), read_weights(directory), dtype, device)
+
+
+def save_model(model: Target | Drafter, directory: str | Path) -> None:
+    """Write config.json + model.safetensors in the public layout (tied LM head left out)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if isinstance(model, Target) and model.config.tie_word_embeddings:
+        state.pop("lm_head.weight")
+    save_file(state, str(out / SINGLE_FILE))
+
+
+def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+    root = Path(directory)
+    if (root / INDEX_FILE).is_file():
+        shard_names = sorted(set(json.loads((root / INDEX_FILE).read_text())["weight_map"].values()))
+        files = [root / name for name in shard_names]
+    elif (root / SINGLE_FILE).is_file():
+        files = [root / SINGLE_FILE]
+    else:
+        raise CheckpointError(f"{root} has neither {SINGLE_FILE} nor {INDEX_FILE}")
+    weights: dict[str, torch.Tensor] = {}
+    for path in files:
+        weights.update(_read_file(path))
+    return weights
+
+
+def _read_file(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"shard {path.name} listed in the index is missing")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from None
+
+
+def _load_into(model: nn.Module, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+               device: str | torch.device) -> nn.Module:
+    expected = _expected_shapes(model)
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")
+    unexpected = sorted(set(weights) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"checkpoint has unexpected key(s), e.g. {unexpected[0]!r}")
+    for key, shape in expected.items():
+        if tuple(weights[key].shape) != shape:
+            raise CheckpointError(f"{key}: checkpoint shape {tuple(weights[key].shape)} != "
+                                  f"model shape {shape}")
+    model.load_state_dict(weights, strict=False)  # tied lm_head is filled through the embedding
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if isinstance(model, Target) and model.config.tie_word_embeddings:
+        shapes.pop("lm_head.weight")
+    return shapes

@@ -1,0 +1,63 @@
+"""Where draft logits come from: the DFlash drafter, or any object with the same two methods.
+
+The engine hands a proposer the target features of the positions committed since the last call
+and the anchors; the proposer returns logits for the next L positions. Tests and benchmarks swap
+in an oracle proposer with a controlled acceptance profile through the same interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from dflash_core.drafter import Drafter
+from dflash_core.step import Step
+from dflash_core.target import Target
+
+
+@dataclass(slots=True)
+class DraftInput:
+    features: Tensor  # [B, C, F] target features of newly committed positions (rows past a
+    #                   request's count are padding; they land past its prefix and are rewritten)
+    feature_positions: Tensor  # [B, C]
+    anchors: Tensor  # [B] token at position `starts`
+    starts: Tensor  # [B] anchor position = committed length
+    read_len: int  # max start over the batch
+    block_size: int  # this round's block (<= the drafter's trained block)
+
+
+class Proposer(Protocol):
+    block_size: int  # the largest block it can draft
+    tap_layers: list[int]  # target layers whose outputs it needs
+
+    def begin(self, batch: int, capacity: int) -> None: ...
+
+    def propose(self, draft: DraftInput) -> Tensor: ...  # [B, block_size - 1, V] logits
+
+
+class DFlashProposer:
+    def __init__(self, drafter: Drafter, target: Target) -> None:
+        drafter.config.check_target(target.config)
+        self.drafter, self.target = drafter, target
+        self.block_size = drafter.config.block_size
+        self.tap_layers = list(drafter.config.target_layer_ids)
+        self.cache = None
+
+    def begin(self, batch: int, capacity: int) -> None:
+        if self.cache is None or self.cache.k.shape[1] < batch or self.cache.capacity < capacity:
+            self.cache = self.drafter.allocate_cache(batch, capacity)
+
+    def propose(self, draft: DraftInput) -> Tensor:
+        cache = self.cache.row_range(len(draft.starts))
+        self.drafter.write_context(draft.features, draft.feature_positions, cache)
+        bs = draft.block_size
+        masks = torch.full((len(draft.starts), bs - 1), self.drafter.config.mask_token_id,
+                           device=draft.anchors.device)
+        block = torch.cat([draft.anchors[:, None], masks], dim=1)  # [B, bs]: slot 0 = real anchor
+        step = Step.causal(draft.starts, bs, draft.read_len)
+        step.mask = torch.ones_like(step.mask)  # non-causal inside the block
+        hidden = self.drafter(self.target.embed(block), step, cache)  # [B, bs, H]
+        return self.target.logits(hidden[:, 1:])  # [B, bs - 1, V]: slot j predicts start + j

@@ -1,0 +1,48 @@
+"""What a generate call reports besides tokens."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+STAGES = ("prefill", "draft", "build", "verify", "commit")
+
+
+@dataclass(slots=True)
+class GenerationStats:
+    rounds: int = 0
+    acceptance: Counter = field(default_factory=Counter)  # tau (accepted + bonus) -> request-rounds
+    stage_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    generated_tokens: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def mean_acceptance(self) -> float:
+        """Mean tokens per request-round (DFlash's tau), bonus included."""
+        total = sum(self.acceptance.values())
+        return sum(k * n for k, n in self.acceptance.items()) / total if total else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.wall_s if self.wall_s else 0.0
+
+    @contextmanager
+    def timed(self, stage: str, device: torch.device) -> Iterator[None]:
+        # On a GPU the stage boundaries need a sync to be honest; issue-4 graphs time differently.
+        start = time.perf_counter()
+        yield
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.stage_s[stage] += time.perf_counter() - start
+
+
+@dataclass(slots=True)
+class Generation:
+    tokens: list[list[int]]  # generated tokens per request (prompt excluded)
+    finish_reasons: list[str]  # "stop", "max_tokens" or "length" (context full)
+    stats: GenerationStats

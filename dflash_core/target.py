@@ -1,0 +1,79 @@
+"""Qwen3 target model (dense and MoE) with a static KV cache and tapped hidden states.
+
+Module names follow the Hugging Face checkpoints (`model.layers.{i}.self_attn.q_proj`, ...), so
+a safetensors state dict loads without renaming.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from dflash_core.attention import Attention
+from dflash_core.config import ModelConfig
+from dflash_core.kv_cache import KVCache
+from dflash_core.layers import MLP, MoE, RMSNorm, rope_tables
+from dflash_core.step import Step
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        moe = cfg.is_moe_layer(index)
+        self.mlp = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, h: Tensor, rope: tuple[Tensor, Tensor], step: Step, cache: KVCache) -> Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), rope, step, cache, self.index)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Target(nn.Module):
+    """forward(ids, step, cache) -> (final hidden [B, N, H], taps [B, N, n_taps * H]).
+
+    `tap_layers` lists the layers whose *output* feeds the drafter (HF `hidden_states[i + 1]`).
+    Logits are a separate call so callers project only the rows they need.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.tap_layers: list[int] = []
+
+    def forward(self, ids: Tensor, step: Step, cache: KVCache) -> tuple[Tensor, Tensor]:
+        h = self.model.embed_tokens(ids)  # [B, N, H]
+        rope = rope_tables(self.config.head_dim, self.config.rope_theta, step.positions)
+        taps = {}
+        for layer in self.model.layers:
+            h = layer(h, rope, step, cache)
+            if layer.index in self.tap_layers:
+                taps[layer.index] = h
+        # Concatenated in the drafter's listed order: its fc weight was trained on that order.
+        features = torch.cat([taps[i] for i in self.tap_layers], dim=-1) if taps else h[..., :0]
+        return self.model.norm(h), features
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.lm_head(hidden).float()  # [..., V]
+
+    def embed(self, ids: Tensor) -> Tensor:
+        return self.model.embed_tokens(ids)
+
+    def allocate_cache(self, batch: int, capacity: int) -> KVCache:
+        cfg, weight = self.config, self.lm_head.weight
+        return KVCache.allocate(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, capacity,
+                                cfg.head_dim, weight.dtype, weight.device)

@@ -1,0 +1,104 @@
+"""Greedy speculative decoding is lossless: DFlash == DDTree == plain greedy, token for token."""
+
+from __future__ import annotations
+
+import pytest
+from core_helpers import BLOCK, PROMPTS, VOCAB, dflash_engine, make_engine, make_target
+
+from dflash_core import AcceptanceProfile, OracleProposer, SamplingParams, Spec
+
+SPECS = [
+    pytest.param(Spec.dflash(BLOCK), id="dflash-6"),
+    pytest.param(Spec.dflash(3), id="dflash-3"),
+    pytest.param(Spec.ddtree(BLOCK, 1), id="ddtree-b1"),
+    pytest.param(Spec.ddtree(BLOCK, 4), id="ddtree-b4"),
+    pytest.param(Spec.ddtree(BLOCK, 4, spine=True), id="ddtree-b4-spine"),
+    pytest.param(Spec.ddtree(BLOCK, 24, width=3, spine=True), id="ddtree-b24-w3-spine"),
+    pytest.param(Spec.ddtree(BLOCK, 40, depth=3), id="ddtree-b40-d3"),
+]
+GREEDY = SamplingParams(max_tokens=24)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["dense", "moe"])
+def engine(request):
+    return dflash_engine(moe=request.param)
+
+
+@pytest.fixture(scope="module")
+def plain(engine):
+    return engine.generate(PROMPTS, GREEDY, Spec.none())
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_speculative_greedy_equals_plain_greedy_batched(engine, plain, spec):
+    result = engine.generate(PROMPTS, GREEDY, spec)
+    assert result.tokens == plain.tokens
+    assert all(len(t) == GREEDY.max_tokens for t in result.tokens)
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[5]])
+def test_batch_of_one_equals_the_batched_run(engine, plain, spec):
+    for prompt, expected in zip(PROMPTS, plain.tokens):
+        assert engine.generate([prompt], GREEDY, spec).tokens == [expected]
+
+
+def test_plain_decoding_takes_one_round_per_token(engine, plain):
+    assert plain.stats.rounds == GREEDY.max_tokens - 1  # the first token comes from prefill
+    assert set(plain.stats.acceptance) == {1}
+
+
+def _oracle_engine(profile, seed=0):
+    target = make_target()
+    references = make_engine(target).generate(PROMPTS, SamplingParams(max_tokens=60)).tokens
+    full = [p + r for p, r in zip(PROMPTS, references)]
+    oracle = OracleProposer(full, VOCAB, BLOCK, profile, seed=seed)
+    return make_engine(target, oracle), references
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_steered_drafts_accept_deep_and_stay_lossless(spec):
+    engine, references = _oracle_engine(AcceptanceProfile.constant(BLOCK - 1, 0.75, 0.2))
+    result = engine.generate(PROMPTS, GREEDY, spec)
+    assert result.tokens == [r[: GREEDY.max_tokens] for r in references]
+    assert max(result.stats.acceptance) > 1  # multi-token rounds really happened
+
+
+def test_stop_token_truncates_like_plain_decoding(engine, plain):
+    stop = plain.tokens[0][5]
+    sampling = SamplingParams(max_tokens=24, stop_token_ids=(stop,))
+    for spec in (Spec.none(), Spec.ddtree(BLOCK, 12, spine=True)):
+        result = engine.generate(PROMPTS, sampling, spec)
+        for got, full in zip(result.tokens, plain.tokens):
+            cut = full.index(stop) + 1 if stop in full else len(full)
+            assert got == full[:cut]
+        assert result.finish_reasons[0] == "stop"
+
+
+def test_each_request_has_its_own_max_tokens_budget_and_context_limit():
+    engine = dflash_engine()
+    result = engine.generate(PROMPTS, SamplingParams(max_tokens=7), Spec.dflash(BLOCK))
+    assert [len(t) for t in result.tokens] == [7] * len(PROMPTS)
+    assert set(result.finish_reasons) == {"max_tokens"}
+    long_prompt = [i % 40 + 1 for i in range(149)]  # max_context is 160
+    result = engine.generate([long_prompt], SamplingParams(max_tokens=100), Spec.dflash(BLOCK))
+    assert len(long_prompt) + len(result.tokens[0]) == 160
+    assert result.finish_reasons == ["length"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(prompts=[]), "prompts"),
+    (dict(prompts=[[]]), "prompt"),
+    (dict(prompts=[[1, VOCAB]]), "token ids"),
+    (dict(spec=Spec.dflash(BLOCK + 2)), "trained block"),
+    (dict(spec=Spec.ddtree(BLOCK, 100)), "max_tree_nodes"),
+])
+def test_bad_requests_are_refused_with_a_reason(bad, message):
+    engine = dflash_engine()
+    args = dict(prompts=PROMPTS, spec=Spec.dflash(BLOCK)) | bad
+    with pytest.raises(ValueError, match=message):
+        engine.generate(args["prompts"], GREEDY, args["spec"])
+
+
+def test_speculation_without_a_drafter_is_refused():
+    with pytest.raises(ValueError, match="needs a drafter"):
+        make_engine(make_target()).generate(PROMPTS, GREEDY, Spec.dflash(BLOCK))
