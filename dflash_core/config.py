@@ -35,6 +35,8 @@ class ModelConfig:
     mlp_only_layers: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if min(self.num_attention_heads, self.num_key_value_heads, self.head_dim) < 1:
+            raise CheckpointError("attention heads, kv heads and head_dim must be >= 1")
         if self.num_attention_heads % self.num_key_value_heads:
             raise CheckpointError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
@@ -47,13 +49,21 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
-        raw = raw.get("text_config", raw)
+        raw = raw.get("text_config") or raw
+        if raw.get("rope_scaling"):
+            raise CheckpointError("rope_scaling is not supported by this engine")
+        if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
+            raise CheckpointError("sliding-window attention layers are not supported by this engine")
         try:
             kwargs = {name: raw[name] for name in _REQUIRED}
         except KeyError as missing:
             raise CheckpointError(f"config.json lacks {missing.args[0]!r}") from None
         kwargs["head_dim"] = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
         kwargs.update({k: raw[k] for k in _OPTIONAL if raw.get(k) is not None})
+        # transformers v5 moved rope_theta under rope_parameters; a silent default would be wrong.
+        theta = (raw.get("rope_parameters") or {}).get("rope_theta")
+        if "rope_theta" not in kwargs and theta is not None:
+            kwargs["rope_theta"] = theta
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,4 +160,7 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{path} not found")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from None

@@ -100,23 +100,20 @@ class Engine:
 
     def _prefill(self, prompts: list[list[int]], sampling: SamplingParams,
                  generator: torch.Generator, cache: KVCache) -> _Requests:
-        """One causal forward per prompt (prompts have different lengths)."""
-        longest = max(map(len, prompts))
-        width = self.target.config.hidden_size * len(self.target.tap_layers)
-        features = torch.zeros(len(prompts), longest, width, device=self.device)
-        anchors = []
-        for b, prompt in enumerate(prompts):
-            ids = torch.tensor([prompt], device=self.device)  # [1, P]
-            step = Step.causal(torch.zeros(1, dtype=torch.long, device=self.device), len(prompt), 0)
-            hidden, taps = self.target(ids, step, cache.row(b))  # [1, P, H], [1, P, F]
-            features[b, : len(prompt)] = taps[0]
-            anchors.append(sample(self.target.logits(hidden[:, -1]), sampling, generator))
+        """One causal forward over right-padded prompts: a real token never sees the padding
+        after it, and padding K/V land past the row's prefix, where the first round overwrites
+        them."""
         lens = [len(p) for p in prompts]
-        reqs = _Requests(lens, list(lens), self._tensor(lens), torch.cat(anchors),
-                         features.to(self.target.lm_head.weight.dtype),
+        longest = max(lens)
+        ids = self._tensor([p + [0] * (longest - len(p)) for p in prompts])  # [B, P]
+        zeros = torch.zeros(len(prompts), dtype=torch.long, device=self.device)
+        hidden, features = self.target(ids, Step.causal(zeros, longest, 0), cache)  # [B, P, *]
+        last = hidden[torch.arange(len(prompts), device=self.device), self._tensor(lens) - 1]
+        anchors = sample(self.target.logits(last), sampling, generator)  # [B]
+        reqs = _Requests(lens, list(lens), self._tensor(lens), anchors, features,
                          torch.arange(longest, device=self.device).expand(len(prompts), -1),
                          [[] for _ in prompts], [None] * len(prompts))
-        for b, token in enumerate(reqs.anchors.tolist()):
+        for b, token in enumerate(anchors.tolist()):
             self._emit(reqs, b, [token], sampling)
         return reqs
 

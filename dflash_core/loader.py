@@ -53,8 +53,7 @@ def save_model(model: Target | Drafter, directory: str | Path) -> None:
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     root = Path(directory)
     if (root / INDEX_FILE).is_file():
-        shard_names = sorted(set(json.loads((root / INDEX_FILE).read_text())["weight_map"].values()))
-        files = [root / name for name in shard_names]
+        files = [root / name for name in _shard_names(root / INDEX_FILE)]
     elif (root / SINGLE_FILE).is_file():
         files = [root / SINGLE_FILE]
     else:
@@ -63,6 +62,16 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     for path in files:
         weights.update(_read_file(path))
     return weights
+
+
+def _shard_names(index: Path) -> list[str]:
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise CheckpointError(f"{index} is not a valid index: {error}") from None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index} has no weight_map")
+    return sorted(set(weight_map.values()))
 
 
 def _read_file(path: Path) -> dict[str, torch.Tensor]:
@@ -77,6 +86,8 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
 def _load_into(model: nn.Module, weights: dict[str, torch.Tensor], dtype: torch.dtype,
                device: str | torch.device) -> nn.Module:
     expected = _expected_shapes(model)
+    if isinstance(model, Target) and model.config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)  # some exporters keep a copy of the tied head
     missing = sorted(set(expected) - set(weights))
     if missing:
         raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")

@@ -29,3 +29,22 @@ def pcie_node():
     from backends.perf_model.step import Node
 
     return Node(load_hardware("rtx-pro-6000-server"), Efficiency())
+
+
+# --- GPU marker: tests marked `gpu` are skipped where no CUDA device is visible -----------------
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in gpu_items:
+            item.add_marker(skip)

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from core_helpers import BLOCK, PROMPTS, VOCAB, dflash_engine, make_engine, make_target
+from core_helpers import (
+    BLOCK,
+    PROMPTS,
+    VOCAB,
+    dflash_engine,
+    make_drafter,
+    make_engine,
+    make_target,
+)
 
-from dflash_core import AcceptanceProfile, OracleProposer, SamplingParams, Spec
+from dflash_core import AcceptanceProfile, DFlashProposer, OracleProposer, SamplingParams, Spec
 
 SPECS = [
     pytest.param(Spec.dflash(BLOCK), id="dflash-6"),
@@ -102,3 +110,12 @@ def test_bad_requests_are_refused_with_a_reason(bad, message):
 def test_speculation_without_a_drafter_is_refused():
     with pytest.raises(ValueError, match="needs a drafter"):
         make_engine(make_target()).generate(PROMPTS, GREEDY, Spec.dflash(BLOCK))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[5]])
+def test_cuda_engine_produces_the_cpu_tokens(spec):
+    target = make_target().cuda()
+    engine = make_engine(target, DFlashProposer(make_drafter().cuda(), target))
+    cpu = make_engine(make_target()).generate(PROMPTS, GREEDY, Spec.none())
+    assert engine.generate(PROMPTS, GREEDY, spec).tokens == cpu.tokens

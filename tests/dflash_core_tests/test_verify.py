@@ -1,0 +1,118 @@
+"""One verify forward over a tree equals plain causal forwards over each root-to-node path, and
+committing the accepted path leaves the cache exactly as a causal forward would."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from core_helpers import make_target
+
+from dflash_core.accept import accept
+from dflash_core.attention import attend
+from dflash_core.step import Step
+from dflash_core.tree import Tree, build_tree
+
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1]]
+
+
+def _prefill(target, cache, prompts):
+    for b, prompt in enumerate(prompts):
+        step = Step.causal(torch.zeros(1, dtype=torch.long), len(prompt), 0)
+        target(torch.tensor([prompt]), step, cache.row(b))
+
+
+def _causal_logits(target, tokens):
+    cache = target.allocate_cache(1, len(tokens))
+    hidden, _ = target(torch.tensor([tokens]), Step.causal(torch.zeros(1, dtype=torch.long),
+                                                           len(tokens), 0), cache)
+    return target.logits(hidden)[0], cache
+
+
+def _random_tree(batch, budget, seed, depth=4, vocab=48):
+    gen = torch.Generator().manual_seed(seed)
+    logprobs = torch.randn(batch, depth, vocab, generator=gen).mul(3).log_softmax(-1)
+    anchors = torch.randint(0, vocab - 1, (batch,), generator=gen)
+    return build_tree(anchors, logprobs, budget, width=3, max_depth=depth, spine=seed % 2 == 0)
+
+
+def _verify(target, cache, prompts, tree):
+    starts = torch.tensor([len(p) for p in prompts])
+    step = Step(starts[:, None] + tree.depths, starts[:, None] + torch.arange(tree.num_nodes),
+                starts, int(starts.max()), tree.mask)
+    hidden, features = target(tree.tokens, step, cache)
+    return target.logits(hidden), starts
+
+
+def _path(tree: Tree, b: int, node: int) -> list[int]:
+    nodes = []
+    while node >= 0:
+        nodes.append(node)
+        node = int(tree.parents[b, node])
+    return nodes[::-1]
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+@pytest.mark.parametrize("budget", [3, 12])
+def test_each_tree_node_sees_exactly_its_root_path(moe, budget):
+    target = make_target(moe)
+    cache = target.allocate_cache(2, 64)
+    _prefill(target, cache, PROMPTS)
+    tree = _random_tree(2, budget, seed=budget)
+    logits, _ = _verify(target, cache, PROMPTS, tree)
+    for b, prompt in enumerate(PROMPTS):
+        for node in range(tree.num_nodes):
+            if tree.valid[b, node]:
+                path_tokens = tree.tokens[b, _path(tree, b, node)].tolist()
+                expected, _ = _causal_logits(target, prompt + path_tokens)
+                torch.testing.assert_close(logits[b, node], expected[-1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("budget", [2, 12])  # below and above the depth of 4
+def test_commit_leaves_the_cache_of_a_causal_forward_over_the_accepted_tokens(budget):
+    target = make_target()
+    cache = target.allocate_cache(2, 64)
+    _prefill(target, cache, PROMPTS)
+    tree = _random_tree(2, budget, seed=7)
+    _, starts = _verify(target, cache, PROMPTS, tree)
+    deepest = tree.depths.masked_fill(~tree.valid, -1).argmax(-1)  # accept the deepest node
+    post = _post_following(tree, deepest)
+    acc = accept(tree, post, path_len=5)
+    assert acc.lengths.tolist() == (tree.depths.gather(1, deepest[:, None])[:, 0] + 1).tolist()
+    cache.commit(starts, acc.path)
+    for b, prompt in enumerate(PROMPTS):
+        n = int(acc.lengths[b])
+        accepted = tree.tokens[b, acc.path[b, :n]].tolist()
+        _, expected = _causal_logits(target, prompt + accepted)
+        length = len(prompt) + n
+        torch.testing.assert_close(cache.k[:, b, :, :length], expected.k[:, 0, :, :length],
+                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.v[:, b, :, :length], expected.v[:, 0, :, :length],
+                                   atol=1e-5, rtol=1e-5)
+
+
+def _post_following(tree: Tree, targets: torch.Tensor) -> torch.Tensor:
+    """Target tokens that walk from the root to `targets` and then leave the tree."""
+    post = torch.full_like(tree.tokens, 47)  # the mask token: never a node token here
+    for b in range(tree.tokens.shape[0]):
+        path = _path(tree, b, int(targets[b]))
+        for parent, child in zip(path, path[1:]):
+            post[b, parent] = tree.tokens[b, child]
+    return post
+
+
+def test_attend_equals_dense_reference_attention_with_gqa_and_ragged_prefixes():
+    gen = torch.Generator().manual_seed(0)
+    b, hq, hkv, n, s, d = 3, 8, 2, 5, 11, 4
+    q = torch.randn(b, hq, n, d, generator=gen)
+    k_prefix, v_prefix = torch.randn(2, b, hkv, s, d, generator=gen)
+    k_new, v_new = torch.randn(2, b, hkv, n, d, generator=gen)
+    mask = torch.rand(b, n, n, generator=gen) < 0.5
+    mask |= torch.eye(n, dtype=torch.bool)
+    lens = torch.tensor([0, 4, 11])
+    out = attend(q, (k_prefix, v_prefix), lens, k_new, v_new, mask)
+    keys = torch.cat([k_prefix, k_new], 2).repeat_interleave(hq // hkv, dim=1)
+    values = torch.cat([v_prefix, v_new], 2).repeat_interleave(hq // hkv, dim=1)
+    visible = torch.cat([(torch.arange(s) < lens[:, None])[:, None].expand(b, n, s), mask], -1)
+    scores = (q @ keys.transpose(-1, -2)) / d**0.5
+    expected = scores.masked_fill(~visible[:, None], float("-inf")).softmax(-1) @ values
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
