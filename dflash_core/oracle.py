@@ -33,8 +33,6 @@ class AcceptanceProfile:
 
 
 class OracleProposer:
-    tap_layers: list[int] = []
-
     def __init__(self, references: list[list[int]], vocab_size: int, block_size: int,
                  profile: AcceptanceProfile, seed: int = 0) -> None:
         if len(profile.top1) < block_size - 1:
@@ -42,6 +40,7 @@ class OracleProposer:
         self.block_size, self.vocab_size, self.profile = block_size, vocab_size, profile
         self.references = references  # prompt + true continuation, per request
         self.seed = seed
+        self.tap_layers: list[int] = []  # needs no target features
         self.generator = torch.Generator()
 
     def begin(self, batch: int, capacity: int) -> None:

@@ -8,7 +8,6 @@ import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
-from typing import Optional
 
 import typer
 
@@ -18,11 +17,11 @@ from tuner.errors import TunerError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Tune parallelism and DFlash/DDTree speculation for LLM serving.")
 
-ConfigOpt = Annotated[Optional[Path], typer.Option(
+ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", "-c", help="tuner.yaml to read (default: ./tuner.yaml if present, else built-in "
     "defaults for the reference node).")]
-StudyOpt = Annotated[Optional[str], typer.Option("--study", help="Study name (overrides the file).")]
-StorageOpt = Annotated[Optional[str], typer.Option(
+StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (overrides the file).")]
+StorageOpt = Annotated[str | None, typer.Option(
     "--storage", help="SQLAlchemy URL of the results DB, e.g. sqlite:///results.db.")]
 
 
@@ -46,9 +45,9 @@ def _config(path: Path | None, **overrides):
 
 
 @app.command()
-def run(config: ConfigOpt = None, backend: Annotated[Optional[str], typer.Option(
+def run(config: ConfigOpt = None, backend: Annotated[str | None, typer.Option(
             help="Backend to measure with (model, ...).")] = None,
-        trials: Annotated[Optional[int], typer.Option(
+        trials: Annotated[int | None, typer.Option(
             help="Measured trials the study should hold; a resumed study runs the rest.")] = None,
         storage: StorageOpt = None, study: StudyOpt = None) -> None:
     """Run (or resume) a study and store every trial in the results DB."""
@@ -66,18 +65,16 @@ def run(config: ConfigOpt = None, backend: Annotated[Optional[str], typer.Option
 
 @app.command()
 def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
-         sla: Annotated[Optional[list[str]], typer.Option(
+         sla: Annotated[list[str] | None, typer.Option(
              help="Limit at the target concurrency, e.g. 'tpot_p50_ms<=30' (repeatable; "
              "replaces the study's SLA).")] = None,
          emit_flags: Annotated[bool, typer.Option(
              "--emit-flags", help="Print only the launch command on stdout.")] = False,
-         backend: Annotated[Optional[Engine], typer.Option(
+         backend: Annotated[Engine | None, typer.Option(
              help="Engine whose flags to emit (default: the study's).")] = None,
          fmt: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.shell) -> None:
     """Pick the best configuration under the SLA and print how to launch it."""
-    from tuner.best import find_best
-    from tuner.best import format_command
-    from tuner.best import format_record
+    from tuner.best import find_best, format_command, format_record
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
     result = find_best(cfg, backend.value if backend else None, sla)
@@ -97,6 +94,71 @@ def calibrate(reference: Annotated[str, typer.Option(
     from tuner.calibration import calibrate_reference
 
     calibrate_reference(reference)
+
+
+class Method(str, Enum):
+    none = "none"
+    dflash = "dflash"
+    ddtree = "ddtree"
+
+
+@app.command()
+def generate(
+        target: Annotated[Path, typer.Option(help="Target checkpoint folder (HF Qwen3 layout).")],
+        drafter: Annotated[Path | None, typer.Option(
+            help="DFlash drafter checkpoint folder.")] = None,
+        prompt: Annotated[list[str] | None, typer.Option(
+            help="Prompt text (repeatable; needs tokenizer.json).")] = None,
+        prompt_ids: Annotated[list[str] | None, typer.Option(
+            help="Prompt token ids, e.g. '1,2,3' (repeatable).")] = None,
+        method: Annotated[Method | None, typer.Option(
+            help="Speculation method (default: dflash with a drafter, else none).")] = None,
+        block_size: Annotated[int | None, typer.Option(
+            help="Block size (default: the drafter's trained block).")] = None,
+        budget: Annotated[int, typer.Option(help="DDTree node budget (root excluded).")] = 32,
+        width: Annotated[int, typer.Option(help="DDTree candidates per depth (0 = all).")] = 0,
+        depth: Annotated[int, typer.Option(help="DDTree max depth (0 = block - 1).")] = 0,
+        spine: Annotated[bool, typer.Option(help="DDTree: greedy chain first.")] = False,
+        max_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
+        temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+        top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,
+        top_p: float = 1.0, seed: int = 0,
+        device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+        dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+        compare: Annotated[bool, typer.Option(
+            help="Also run plain decoding: speedup and token match in one run.")] = False,
+) -> None:
+    """Generate with the dflash_core engine and show tokens/s and the acceptance histogram."""
+    from tuner.generate import GenerateRequest, run_generate
+
+    chosen = method.value if method else ("dflash" if drafter else "none")
+    req = GenerateRequest(target, drafter, prompt or [], prompt_ids or [], chosen, block_size,
+                          budget, width, depth, spine,
+                          dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                               max_tokens=max_tokens, seed=seed), device, dtype)
+    report = run_generate(req, compare)
+    _generate_tables(report)
+    for text in report.texts:
+        render.emit(text)
+
+
+def _generate_tables(report) -> None:
+    from dflash_core.stats import STAGES
+
+    runs = report.runs.items()
+    render.table("generate", ["method", "tokens", "tok/s", "rounds", "mean accept", "accepted"],
+                 [(label, g.stats.generated_tokens, round(g.stats.tokens_per_s, 1), g.stats.rounds,
+                   round(g.stats.mean_acceptance, 2),
+                   " ".join(f"{k}:{n}" for k, n in sorted(g.stats.acceptance.items())))
+                  for label, g in runs])
+    render.table("stage time (ms)", ["method", *STAGES],
+                 [(label, *(round(g.stats.stage_s[s] * 1e3, 1) for s in STAGES))
+                  for label, g in runs])
+    render.note("accepted = tokens per round (tau):request-rounds")
+    if report.same_tokens is not None:
+        first, plain = report.runs[next(iter(report.runs))], report.runs["none"]
+        render.note(f"speedup over plain decoding: {plain.stats.wall_s / first.stats.wall_s:.2f}x;"
+                    f" tokens identical: {report.same_tokens}")
 
 
 def _best_table(result) -> None:

@@ -6,8 +6,8 @@ import torch
 
 from dflash_core import (
     DFlashProposer,
-    DrafterConfig,
     Drafter,
+    DrafterConfig,
     Engine,
     EngineConfig,
     ModelConfig,

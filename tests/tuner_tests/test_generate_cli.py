@@ -1,0 +1,55 @@
+"""`dflash-tune generate` on checkpoints saved in the public layouts (real subprocess)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "dflash_core_tests"))
+from core_helpers import make_drafter, make_engine, make_target
+
+from dflash_core import SamplingParams, Spec, save_model
+
+PROMPTS = [[1, 2, 3], [4, 5]]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    save_model(make_target(), root / "target")
+    save_model(make_drafter(), root / "drafter")
+    return root
+
+
+def test_generate_prints_the_engine_tokens_and_the_acceptance_table(checkpoints, tmp_path):
+    run = cli("generate", "--target", str(checkpoints / "target"), "--drafter",
+              str(checkpoints / "drafter"), "--prompt-ids", "1,2,3", "--prompt-ids", "4 5",
+              "--method", "ddtree", "--budget", "8", "--spine", "--max-tokens", "12",
+              "--compare", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    expected = make_engine(make_target()).generate(PROMPTS, SamplingParams(max_tokens=12),
+                                                   Spec.none()).tokens
+    assert run.stdout.splitlines() == [" ".join(map(str, t)) for t in expected]
+    assert "mean accept" in run.stderr and "tokens identical: True" in run.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "dflash"], "needs --drafter"),
+    (["--prompt", "hello"], "tokenizer"),
+    (["--prompt-ids", "1,x"], "integers"),
+])
+def test_generate_errors_are_one_line(checkpoints, tmp_path, args, message):
+    base = ["generate", "--target", str(checkpoints / "target")]
+    if "--prompt" not in args and "--prompt-ids" not in args:
+        base += ["--prompt-ids", "1,2"]
+    run = cli(*base, *args, cwd=tmp_path)
+    assert run.returncode != 0 and message in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_generate_refuses_a_missing_checkpoint(tmp_path):
+    run = cli("generate", "--target", str(tmp_path / "nope"), "--prompt-ids", "1", cwd=tmp_path)
+    assert run.returncode == 2 and "config.json not found" in run.stderr
