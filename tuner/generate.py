@@ -39,7 +39,10 @@ class GenerateReport:
 
 
 def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise TunerError("the engine needs PyTorch: pip install -e '.[engine]'") from None
 
     from dflash_core import (
         DFlashProposer,
