@@ -79,14 +79,16 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, Hq, N, D] -> [B, N, H]
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], step: Step,
-                cache: KVCache, layer: int) -> Tensor:
+                cache: KVCache | None, layer: int) -> Tensor:
         """Writes the new K/V to `step.slots` after reading the prefix, so a node never sees
-        its own scratch slot through the prefix path."""
+        its own scratch slot through the prefix path. With no cache (training) the new tokens
+        attend only to each other."""
         q = self.project_q(x, rope)  # [B, Hq, N, D]
         k, v = self.project_kv(x, rope)  # [B, Hkv, N, D]
-        prefix = cache.prefix(layer, step.read_len)
+        prefix = cache.prefix(layer, step.read_len) if cache is not None else None
         out = attend(q, prefix, step.prefix_lens, k, v, step.mask)  # [B, Hq, N, D]
-        cache.write(layer, step.slots, k, v)
+        if cache is not None:
+            cache.write(layer, step.slots, k, v)
         return self.project_out(out)  # [B, N, H]
 
     def _heads(self, x: Tensor, heads: int) -> Tensor:

@@ -26,7 +26,8 @@ class DecoderLayer(nn.Module):
         moe = cfg.is_moe_layer(index)
         self.mlp = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, h: Tensor, rope: tuple[Tensor, Tensor], step: Step, cache: KVCache) -> Tensor:
+    def forward(self, h: Tensor, rope: tuple[Tensor, Tensor], step: Step,
+                cache: KVCache | None) -> Tensor:
         h = h + self.self_attn(self.input_layernorm(h), rope, step, cache, self.index)
         return h + self.mlp(self.post_attention_layernorm(h))
 
@@ -55,7 +56,8 @@ class Target(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.tap_layers: list[int] = []
 
-    def forward(self, ids: Tensor, step: Step, cache: KVCache) -> tuple[Tensor, Tensor]:
+    def forward(self, ids: Tensor, step: Step,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor]:
         h = self.model.embed_tokens(ids)  # [B, N, H]
         rope = rope_tables(self.config.head_dim, self.config.rope_theta, step.positions)
         taps = {}
