@@ -57,7 +57,7 @@ class Engine:
                  config: EngineConfig | None = None) -> None:
         self.target, self.proposer = target, proposer
         self.config = config or EngineConfig()
-        target.tap_layers = list(proposer.tap_layers) if proposer else []
+        self.taps = list(proposer.tap_layers) if proposer else []
         self.capacity = self.config.max_context + self.config.max_tree_nodes
         self.device = target.lm_head.weight.device
         self.cache = target.allocate_cache(self.config.max_batch, self.capacity)
@@ -101,13 +101,14 @@ class Engine:
     def _prefill(self, prompts: list[list[int]], sampling: SamplingParams,
                  generator: torch.Generator, cache: KVCache) -> _Requests:
         """One causal forward over right-padded prompts: a real token never sees the padding
-        after it, and padding K/V land past the row's prefix, where the first round overwrites
-        them."""
+        after it, and padding K/V land past the row's prefix, hidden by its length mask until
+        rounds overwrite them."""
         lens = [len(p) for p in prompts]
         longest = max(lens)
         ids = self._tensor([p + [0] * (longest - len(p)) for p in prompts])  # [B, P]
         zeros = torch.zeros(len(prompts), dtype=torch.long, device=self.device)
-        hidden, features = self.target(ids, Step.causal(zeros, longest, 0), cache)  # [B, P, *]
+        hidden, features = self.target(ids, Step.causal(zeros, longest, 0), cache,
+                                       self.taps)  # [B, P, *]
         last = hidden[torch.arange(len(prompts), device=self.device), self._tensor(lens) - 1]
         anchors = sample(self.target.logits(last), sampling, generator)  # [B]
         reqs = _Requests(lens, list(lens), self._tensor(lens), anchors, features,
@@ -140,7 +141,9 @@ class Engine:
             return chain_tree(anchors, anchors[:, None][:, :0])
         if spec.method == "dflash":
             return chain_tree(anchors, draft_logits.argmax(-1))
-        width = spec.width or draft_logits.shape[-1]
+        # Width above the budget cannot change the tree (a child ranked below `budget` has
+        # `budget` better siblings), so cap it: the candidate set is budget x width per depth.
+        width = min(spec.width or spec.budget, spec.budget)
         return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, width,
                           spec.max_depth, spec.spine)
 
@@ -150,7 +153,7 @@ class Engine:
         nodes = torch.arange(tree.num_nodes, device=self.device)
         step = Step(reqs.starts[:, None] + tree.depths, reqs.starts[:, None] + nodes,
                     reqs.starts, max(reqs.starts_h), tree.mask)
-        hidden, features = self.target(tree.tokens, step, cache)  # [B, N, H], [B, N, F]
+        hidden, features = self.target(tree.tokens, step, cache, self.taps)  # [B,N,H], [B,N,F]
         return sample(self.target.logits(hidden), sampling, generator), features  # [B, N]
 
     def _commit(self, reqs: _Requests, tree: Tree, post: Tensor, features: Tensor, spec: Spec,

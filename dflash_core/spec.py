@@ -34,8 +34,9 @@ class Spec:
     """none: plain decoding; dflash: a chain of block_size - 1 drafts; ddtree: a best-first tree.
 
     For ddtree, `budget` counts nodes without the root, `width` caps candidates per depth
-    (0 = no cap) and `depth` caps the tree depth (0 = block_size - 1). `spine` puts the greedy
-    chain in first so the tree never accepts less than DFlash with the same drafts.
+    (0 = the budget, which loses nothing) and `depth` caps the tree depth (0 = block_size - 1).
+    `spine` puts the greedy chain in first, so with budget and depth >= block_size - 1 the tree
+    never accepts less than DFlash with the same drafts.
     """
 
     method: str = "none"

@@ -7,6 +7,8 @@ a safetensors state dict loads without renaming.
 from __future__ import annotations
 
 import torch
+from collections.abc import Sequence
+
 from torch import Tensor, nn
 
 from dflash_core.attention import Attention
@@ -41,10 +43,10 @@ class Backbone(nn.Module):
 
 
 class Target(nn.Module):
-    """forward(ids, step, cache) -> (final hidden [B, N, H], taps [B, N, n_taps * H]).
+    """forward(ids, step, cache, taps) -> (final hidden [B, N, H], features [B, N, n_taps * H]).
 
-    `tap_layers` lists the layers whose *output* feeds the drafter (HF `hidden_states[i + 1]`).
-    Logits are a separate call so callers project only the rows they need.
+    `taps` lists the layers whose *output* feeds the drafter (HF `hidden_states[i + 1]`), in the
+    drafter's order. Logits are a separate call so callers project only the rows they need.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -54,19 +56,18 @@ class Target(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.tap_layers: list[int] = []
 
-    def forward(self, ids: Tensor, step: Step,
-                cache: KVCache | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, ids: Tensor, step: Step, cache: KVCache | None = None,
+                taps: Sequence[int] = ()) -> tuple[Tensor, Tensor]:
         h = self.model.embed_tokens(ids)  # [B, N, H]
         rope = rope_tables(self.config.head_dim, self.config.rope_theta, step.positions)
-        taps = {}
+        outputs = {}
         for layer in self.model.layers:
             h = layer(h, rope, step, cache)
-            if layer.index in self.tap_layers:
-                taps[layer.index] = h
+            if layer.index in taps:
+                outputs[layer.index] = h
         # Concatenated in the drafter's listed order: its fc weight was trained on that order.
-        features = torch.cat([taps[i] for i in self.tap_layers], dim=-1) if taps else h[..., :0]
+        features = torch.cat([outputs[i] for i in taps], dim=-1) if taps else h[..., :0]
         return self.model.norm(h), features
 
     def logits(self, hidden: Tensor) -> Tensor:

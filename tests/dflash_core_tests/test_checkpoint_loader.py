@@ -99,11 +99,10 @@ def _mlp_shapes(p: str, h: int, inter: int) -> dict[str, tuple[int, ...]]:
 
 def target_forward(target, ids: torch.Tensor = IDS, taps=(0, 2)):
     """Prefill `ids` as the engine does; returns (normed hidden, tapped features, logits)."""
-    target.tap_layers = list(taps)
     cache = target.allocate_cache(ids.shape[0], 32)
     step = Step.causal(torch.zeros(ids.shape[0], dtype=torch.long), ids.shape[1], 0)
     with torch.no_grad():
-        hidden, features = target(ids, step, cache)
+        hidden, features = target(ids, step, cache, list(taps))
         return hidden, features, target.logits(hidden)
 
 

@@ -43,17 +43,15 @@ def _reference_block(drafter, features, block_embeds, start):
     return drafter.norm(h)
 
 
-def _features(target, tokens):
-    cache = target.allocate_cache(1, len(tokens))
-    _, feats = target(torch.tensor([tokens]), Step.causal(torch.zeros(1, dtype=torch.long),
-                                                          len(tokens), 0), cache)
+def _features(target, tokens, taps=(0, 2)):
+    step = Step.causal(torch.zeros(1, dtype=torch.long), len(tokens), 0)
+    _, feats = target(torch.tensor([tokens]), step, target.allocate_cache(1, len(tokens)), taps)
     return feats
 
 
 @torch.inference_mode()
 def test_drafter_matches_the_reference_when_context_arrives_over_several_rounds():
     target, drafter = make_target(), make_drafter()
-    target.tap_layers = drafter.config.target_layer_ids
     tokens = [5, 3, 9, 1, 7, 2, 8, 4, 6]
     feats = _features(target, tokens)  # [1, 9, F]
     proposer = DFlashProposer(drafter, target)
@@ -71,7 +69,6 @@ def test_drafter_matches_the_reference_when_context_arrives_over_several_rounds(
 @torch.inference_mode()
 def test_a_shorter_block_than_trained_drafts_its_prefix_positions():
     target, drafter = make_target(), make_drafter()
-    target.tap_layers = drafter.config.target_layer_ids
     feats = _features(target, PROMPTS[0])
     proposer = DFlashProposer(drafter, target)
     proposer.begin(1, 64)
@@ -87,10 +84,9 @@ def test_a_shorter_block_than_trained_drafts_its_prefix_positions():
 @torch.inference_mode()
 def test_taps_are_the_outputs_of_the_listed_layers_in_listed_order():
     target = make_target()
-    target.tap_layers = [2, 0]
     tokens = torch.tensor([PROMPTS[2]])
     step = Step.causal(torch.zeros(1, dtype=torch.long), tokens.shape[1], 0)
-    _, feats = target(tokens, step, target.allocate_cache(1, 16))
+    _, feats = target(tokens, step, target.allocate_cache(1, 16), [2, 0])
     h, outputs = target.embed(tokens), []
     rope = rope_tables(target.config.head_dim, target.config.rope_theta, step.positions)
     cache = target.allocate_cache(1, 16)
