@@ -6,9 +6,9 @@ a safetensors state dict loads without renaming.
 
 from __future__ import annotations
 
-import torch
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor, nn
 
 from dflash_core.attention import Attention

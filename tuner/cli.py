@@ -161,6 +161,38 @@ def _generate_tables(report) -> None:
                     f" tokens identical: {report.same_tokens}")
 
 
+fixtures_app = typer.Typer(no_args_is_help=True, help="The tiny trained target + DFlash drafter "
+                           "pair used by the tests, benchmarks and the in-process engine.")
+app.add_typer(fixtures_app, name="fixtures")
+
+
+@fixtures_app.command("build")
+def fixtures_build(
+        out: Annotated[Path | None, typer.Option(
+            help="Folder to build into (default: $DFLASH_TUNE_PAIR, else fixtures/tiny_code).")]
+        = None,
+        force: Annotated[bool, typer.Option(help="Rebuild even if the folder is complete.")]
+        = False) -> None:
+    """Build the pair from scratch (stdlib corpus, tokenizer, target, drafter; fixed seeds)."""
+    from tuner.generate import require_engine
+
+    require_engine()
+    from dflash_core.training.build import build_pair
+    from dflash_core.training.pair import default_pair_dir
+    from dflash_core.training.pair import is_complete
+
+    folder = out or default_pair_dir()
+    if is_complete(folder) and not force:
+        render.note(f"{folder} is complete; --force rebuilds it")
+    else:
+        with render.stage_progress() as progress:
+            manifest = build_pair(folder, progress=progress)
+        render.table(f"built in {manifest['build_seconds']} s: mean acceptance on held-out "
+                     "prompts (greedy)", ["configuration", "tau"],
+                     sorted(manifest["acceptance"].items()))
+    render.emit(str(folder))
+
+
 def _best_table(result) -> None:
     rows = [(c.trial.trial_number, "*" if c is result.chosen else "", c.throughput, c.per_user,
              _summary(c.trial.params)) for c in result.front[:10]]

@@ -7,6 +7,7 @@ measured in one run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,16 +34,22 @@ class GenerateRequest:
 
 @dataclass(slots=True)
 class GenerateReport:
-    texts: list[str]  # one line per prompt: decoded text, or token ids when there is no tokenizer
+    texts: list[str]  # one stdout line per prompt
     runs: dict[str, Any]  # label -> dflash_core Generation
     same_tokens: bool | None  # speculative == plain (only with compare)
 
 
-def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
+def require_engine() -> None:
     try:
-        import torch
+        import tokenizers  # noqa: F401
+        import torch  # noqa: F401
     except ImportError:
-        raise TunerError("the engine needs PyTorch: pip install -e '.[engine]'") from None
+        raise TunerError("the engine needs its extra: pip install -e '.[engine]'") from None
+
+
+def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
+    require_engine()
+    import torch
 
     from dflash_core import (
         DFlashProposer,
@@ -74,7 +81,9 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
         runs["none"] = engine.generate(prompts, sampling, type(spec).none())
     tokens = runs[spec.method].tokens
     same = runs["none"].tokens == tokens if "none" in runs and len(runs) > 1 else None
-    texts = [tokenizer.decode(t) if tokenizer else " ".join(map(str, t)) for t in tokens]
+    # One line per prompt: decoded text as a JSON string (it may hold newlines), else the ids.
+    texts = [json.dumps(tokenizer.decode(t)) if tokenizer else " ".join(map(str, t))
+             for t in tokens]
     return GenerateReport(texts, runs, same)
 
 

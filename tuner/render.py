@@ -49,6 +49,22 @@ def trial_progress(total: int, already: int) -> Iterator[Any]:
         yield update
 
 
+@contextmanager
+def stage_progress() -> Iterator[Any]:
+    """One bar per named stage; the callback takes (stage, step, total, loss)."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn())
+    with Progress(*columns, console=human, transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(stage: str, step: int, total: int, loss: float) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total, loss="-")
+            bar.update(tasks[stage], completed=step, loss=f"{loss:.3f}")
+
+        yield update
+
+
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     t = Table(title=Text(title), title_justify="left")
     for col in columns:
