@@ -23,12 +23,13 @@ class FailureClass(str, enum.Enum):
     TIMEOUT = "timeout"
     INVALID_CONFIG = "invalid_config"
     UNSUPPORTED = "unsupported"
+    PORT_IN_USE = "port_in_use"
     TRANSIENT = "transient"
 
     @property
     def is_deterministic(self) -> bool:
         """Whether retrying the same configuration would fail the same way."""
-        return self is not FailureClass.TRANSIENT
+        return self not in (FailureClass.TRANSIENT, FailureClass.PORT_IN_USE)
 
 
 @dataclass(slots=True, frozen=True)

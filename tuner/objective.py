@@ -56,8 +56,8 @@ class Objective:
         records.save_trial(self.engine, self.study_name, record, [] if problems else rows)
         # Only now: an interrupted trial is neither recorded nor counted against the budget.
         trial.set_user_attr(MEASURED_KEY, not problems)
-        if failure is FailureClass.TRANSIENT:
-            raise TransientFailure(excerpt or "transient failure")
+        if failure is not None and not failure.is_deterministic:  # transient, port in use
+            raise TransientFailure(excerpt or f"{failure.value} failure")
         by_level = {m.concurrency: m for m in rows}
         self._constrain(trial, failure, by_level.get(self.target_concurrency))
         if failure:
