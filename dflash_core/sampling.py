@@ -39,3 +39,30 @@ def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | 
     probs = filtered_logits(logits.float(), params).softmax(-1)
     noise = torch.empty_like(probs).exponential_(generator=generator)
     return (probs / noise).argmax(-1)
+
+
+def sample_rows(logits: Tensor, samplings: list[SamplingParams | None],
+                generator: torch.Generator | None) -> Tensor:
+    """logits: [B, N, V] with one SamplingParams per row (None = an idle row) -> [B, N].
+
+    Rows are grouped by how they sample, so a batch where everyone samples alike is one call."""
+    groups: dict[tuple, list[int]] = {}
+    for b, params in enumerate(samplings):
+        groups.setdefault(_sampling_key(params), []).append(b)
+    if len(groups) == 1:
+        return sample(logits, _params_of(next(iter(groups))), generator)
+    out = torch.empty(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    for key, rows in groups.items():
+        index = torch.tensor(rows, device=logits.device)
+        out[index] = sample(logits[index], _params_of(key), generator)
+    return out
+
+
+def _sampling_key(params: SamplingParams | None) -> tuple:
+    if params is None or params.greedy:
+        return (0.0, 0, 1.0)
+    return (params.temperature, params.top_k, params.top_p)
+
+
+def _params_of(key: tuple) -> SamplingParams:
+    return SamplingParams(temperature=key[0], top_k=key[1], top_p=key[2])
