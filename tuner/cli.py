@@ -161,6 +161,42 @@ def _generate_tables(report) -> None:
                     f" tokens identical: {report.same_tokens}")
 
 
+@app.command()
+def serve(
+        target: Annotated[Path, typer.Option(help="Target checkpoint folder (with tokenizer.json).")],
+        drafter: Annotated[Path | None, typer.Option(help="DFlash drafter folder.")] = None,
+        method: Annotated[Method | None, typer.Option(
+            help="Speculation (default: dflash with a drafter, else none).")] = None,
+        block_size: Annotated[int | None, typer.Option(help="Default: the drafter's.")] = None,
+        budget: Annotated[int, typer.Option(help="DDTree node budget.")] = 32,
+        width: Annotated[int, typer.Option(help="DDTree candidates per depth (0 = budget).")] = 0,
+        depth: Annotated[int, typer.Option(help="DDTree max depth (0 = block - 1).")] = 0,
+        spine: Annotated[bool, typer.Option(help="DDTree: greedy chain first.")] = False,
+        max_running_requests: Annotated[int, typer.Option(
+            help="Rows of the engine's batch (continuous batching).")] = 8,
+        max_context: Annotated[int, typer.Option(help="Prompt + output tokens per request.")]
+        = 2048,
+        cuda_graph_bs: Annotated[str, typer.Option(
+            help="Capture batch sizes, e.g. '1,2,4,8' (recorded; the engine is eager for now).")]
+        = "",
+        host: str = "127.0.0.1", port: int = 8000,
+        device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+        dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+        served_model_name: str | None = None, seed: int = 0) -> None:
+    """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
+    from tuner.generate import require_engine
+
+    require_engine()
+    from backends.dflash_server.launch import ServeOptions
+    from backends.dflash_server.launch import serve as run_server
+
+    chosen = method.value if method else ("dflash" if drafter else "none")
+    graphs = [int(b) for b in cuda_graph_bs.replace(",", " ").split()]
+    run_server(ServeOptions(target, drafter, chosen, block_size, budget, width, depth, spine,
+                            max_running_requests, max_context, graphs, host, port, device, dtype,
+                            served_model_name, seed))
+
+
 fixtures_app = typer.Typer(no_args_is_help=True, help="The tiny trained target + DFlash drafter "
                            "pair used by the tests, benchmarks and the in-process engine.")
 app.add_typer(fixtures_app, name="fixtures")
@@ -178,8 +214,7 @@ def fixtures_build(
 
     require_engine()
     from dflash_core.training.build import build_pair
-    from dflash_core.training.pair import default_pair_dir
-    from dflash_core.training.pair import is_complete
+    from dflash_core.training.pair import default_pair_dir, is_complete
 
     folder = out or default_pair_dir()
     if is_complete(folder) and not force:

@@ -1,0 +1,88 @@
+"""Load the checkpoints, build the engine and its loop, and serve the app under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("dflash_tune.serve")
+
+
+@dataclass(slots=True)
+class ServeOptions:
+    """Launch options; the speculation ones mirror the tuning parameters."""
+
+    target: Path
+    drafter: Path | None = None
+    method: str = "none"  # none | dflash | ddtree
+    block_size: int | None = None  # default: the drafter's trained block
+    budget: int = 32
+    width: int = 0
+    depth: int = 0
+    spine: bool = False
+    max_running_requests: int = 8
+    max_context: int = 2048
+    cuda_graph_bs: list[int] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    device: str = "cpu"
+    dtype: str = "float32"
+    served_model_name: str | None = None
+    seed: int = 0
+
+
+def build(options: ServeOptions):
+    """-> (EngineLoop, ServerInfo), ready to serve."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from backends.dflash_server.app import ServerInfo
+    from backends.dflash_server.loop import EngineLoop
+    from dflash_core import DFlashProposer, Engine, EngineConfig, Spec, load_drafter, load_target
+
+    dtype = getattr(torch, options.dtype)
+    target = load_target(options.target, dtype, options.device)
+    drafter = (load_drafter(options.drafter, target.config, dtype, options.device)
+               if options.drafter else None)
+    spec = _spec(options, drafter, Spec)
+    config = EngineConfig(max_batch=options.max_running_requests,
+                          max_context=options.max_context, max_tree_nodes=spec.num_nodes)
+    engine = Engine(target, DFlashProposer(drafter, target) if drafter else None, config)
+    tokenizer_path = Path(options.target) / "tokenizer.json"
+    if not tokenizer_path.is_file():
+        raise FileNotFoundError(f"{tokenizer_path} not found (the server needs a tokenizer)")
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    if options.cuda_graph_bs:
+        log.warning("--cuda-graph-bs %s recorded; dflash_core runs eager until CUDA graphs "
+                    "land", options.cuda_graph_bs)
+    info = ServerInfo(options.served_model_name or Path(options.target).name, tokenizer,
+                      tokenizer.token_to_id("<|endoftext|>"), options.max_context,
+                      {k: str(v) if isinstance(v, Path) else v
+                       for k, v in asdict(options).items()})
+    return EngineLoop(engine, spec, options.seed), info
+
+
+def _spec(options: ServeOptions, drafter, Spec):
+    if options.method == "none":
+        return Spec.none()
+    if drafter is None:
+        raise ValueError(f"--method {options.method} needs --drafter")
+    block = options.block_size or drafter.config.block_size
+    if options.method == "dflash":
+        return Spec.dflash(block)
+    return Spec.ddtree(block, options.budget, options.width, options.depth, options.spine)
+
+
+def serve(options: ServeOptions) -> None:
+    import uvicorn
+
+    from backends.dflash_server.app import build_app
+
+    loop, info = build(options)
+    loop.start()
+    try:
+        uvicorn.run(build_app(loop, info), host=options.host, port=options.port,
+                    log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        loop.stop()
