@@ -5,13 +5,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from backends.flags import dflash
 from backends.flags import sglang
 from backends.flags import vllm
 from backends.flags._dialect import EngineDialect
 from backends.flags._dialect import LaunchTarget
 from backends.launch_params import LaunchParams
 
-_DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT}
+_DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT,
+                                       "dflash": dflash.DIALECT}
 
 ENGINES: tuple[str, ...] = tuple(_DIALECTS)
 DEFAULT_VERSIONS: dict[str, str] = {name: d.default_version for name, d in _DIALECTS.items()}

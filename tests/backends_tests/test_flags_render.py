@@ -24,8 +24,8 @@ SMALL_GRAPHS = LaunchParams(tp_size=8, max_running_requests=4)
 
 
 def test_registry_names_and_pinned_versions():
-    assert ENGINES == ("sglang", "vllm")
-    assert DEFAULT_VERSIONS == {"sglang": "0.5.23", "vllm": "0.33.0"}
+    assert ENGINES == ("sglang", "vllm", "dflash")
+    assert DEFAULT_VERSIONS == {"sglang": "0.5.23", "vllm": "0.33.0", "dflash": "0.1.0"}
 
 
 def test_unsupported_params_is_an_invalid_params_value_error():
@@ -35,7 +35,8 @@ def test_unsupported_params_is_an_invalid_params_value_error():
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_path_with_space_and_quotes_stays_one_argument_and_round_trips(engine):
-    params = LaunchParams(tp_size=8, speculative_algorithm="dflash", max_running_requests=4)
+    tp = 1 if engine == "dflash" else 8  # our server runs on one device
+    params = LaunchParams(tp_size=tp, speculative_algorithm="dflash", max_running_requests=4)
     target = LaunchTarget(model_path=ODD_PATH, drafter_path=DRAFTER)
     argv = render_command(engine, params, target)
     assert ODD_PATH in argv
