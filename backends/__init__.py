@@ -24,7 +24,30 @@ def _model_backend(deployment: Deployment, **options) -> Backend:
     return PerfModelBackend(deployment, **options)
 
 
-BACKENDS: dict[str, Callable[..., Backend]] = {"model": _model_backend}
+def _server_backend(name: str) -> Callable[..., Backend]:
+    def factory(deployment: Deployment, **options) -> Backend:
+        from backends import serving
+
+        classes = {"sglang": serving.SGLangBackend, "vllm": serving.VLLMBackend,
+                   "serve": serving.DFlashServeBackend}
+        return classes[name](deployment, **options)
+
+    return factory
+
+
+def _inprocess_backend(deployment: Deployment, **options) -> Backend:
+    from backends.inprocess import InProcessBackend
+
+    return InProcessBackend(deployment, **options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {
+    "model": _model_backend,
+    "sglang": _server_backend("sglang"),
+    "vllm": _server_backend("vllm"),
+    "serve": _server_backend("serve"),
+    "inprocess": _inprocess_backend,
+}
 
 
 def get_backend(name: str, deployment: Deployment, **options) -> Backend:

@@ -80,6 +80,8 @@ _PATTERNS: tuple[tuple[FailureClass, str], ...] = (
     (FailureClass.OOM, r"Not enough memory|No available memory for the cache blocks"),
     (FailureClass.OOM, r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"),
     (FailureClass.OOM, r"larger than the maximum number of tokens that can be stored in KV cache"),
+    # Host memory (CPU engines): torch's allocator, the C++ runtime, Python.
+    (FailureClass.OOM, r"DefaultCPUAllocator:\s+can't allocate memory|std::bad_alloc|MemoryError"),
     (FailureClass.PORT_IN_USE, r"Address already in use|EADDRINUSE|\[Errno 98\]"),
     (FailureClass.UNSUPPORTED, r"NotImplementedError|Unknown speculative algorithm"),
     (FailureClass.UNSUPPORTED, _ERROR_LINE + r"(?:not (?:yet )?supported|\bunsupported\b)"),

@@ -14,7 +14,9 @@ import typer
 from tuner import render
 from tuner.errors import TunerError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+# Plain tracebacks: a server's log is read by people and by backends.server.classify, and Rich's
+# boxed, wrapped traceback splits the very lines the classifier looks for.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune parallelism and DFlash/DDTree speculation for LLM serving.")
 
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -34,6 +36,7 @@ class OutputFormat(str, Enum):
 class Engine(str, Enum):
     sglang = "sglang"
     vllm = "vllm"
+    dflash = "dflash"
 
 
 def _config(path: Path | None, **overrides):

@@ -100,7 +100,7 @@ class WorkloadConfig(_Section):
 
 class BackendConfig(_Section):
     name: str = "model"
-    engine: Literal["sglang", "vllm"] = "sglang"
+    engine: Literal["sglang", "vllm", "dflash"] = "sglang"
     engine_version: str | None = None
     host: str = "127.0.0.1"
     port: int = 30000
@@ -118,6 +118,10 @@ class BackendConfig(_Section):
     }
 
 
+# Backends that launch a server speak exactly one engine's flags.
+SERVER_ENGINES = {"sglang": "sglang", "vllm": "vllm", "serve": "dflash"}
+
+
 class Config(_Section):
     study: StudyConfig = StudyConfig()
     hardware: HardwareConfig = HardwareConfig()
@@ -126,6 +130,14 @@ class Config(_Section):
     workload: WorkloadConfig = WorkloadConfig()
     backend: BackendConfig = BackendConfig()
     search_space: str = "pcie8_kimi"
+
+    @model_validator(mode="after")
+    def _engine_matches_backend(self) -> Config:
+        wanted = SERVER_ENGINES.get(self.backend.name)
+        if wanted and self.backend.engine != wanted:
+            raise ValueError(f"backend {self.backend.name!r} launches engine {wanted!r}; set "
+                             f"backend.engine: {wanted}")
+        return self
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:

@@ -46,3 +46,56 @@ class TestModelBackendContract(BackendContract):
     @pytest.fixture
     def oom_params(self):
         return {"tp_size": 4, "dp_size": 2}  # two replicas of ~594 GB on 96 GB cards
+
+
+def _pair_deployment():
+    from backends import Deployment
+    from backends.flags import LaunchTarget
+    from dflash_core.training.pair import ensure_pair
+
+    pair = ensure_pair()
+    target = LaunchTarget(str(pair / "target"), str(pair / "drafter"))
+    return Deployment(gpu="cpu", gpus=1, model=str(pair / "target" / "config.json"),
+                      target=target, engine="dflash")
+
+
+@pytest.fixture(scope="module")
+def inprocess_backend():
+    """Loads the pair once for every contract test."""
+    return get_backend("inprocess", _pair_deployment(), requests_per_level=6)
+
+
+TINY_GOOD = {"tp_size": 1, "cuda_graph": False, "max_running_requests": 4}
+
+
+class TestInProcessBackendContract(BackendContract):
+    """dflash_core in this process, with the shipped tiny trained pair, on the CPU."""
+
+    @pytest.fixture
+    def backend(self, inprocess_backend):
+        return inprocess_backend
+
+    @pytest.fixture
+    def workload(self):
+        return Workload(input_len=32, output_len=12, concurrency=(1, 4))
+
+    @pytest.fixture(params=["plain", "dflash", "ddtree"])
+    def good_params(self, request):
+        spec = {"plain": {}, "dflash": {"speculative_algorithm": "dflash"},
+                "ddtree": {"speculative_algorithm": "ddtree", "speculative_ddtree_budget": 16,
+                           "speculative_ddtree_topk": 4}}[request.param]
+        return {**TINY_GOOD, **spec}
+
+    @pytest.fixture
+    def bad_params(self):
+        return {
+            "unknown name": {**TINY_GOOD, "enable_magic": True},
+            "ep does not divide tp": {**TINY_GOOD, "ep_size": 3},
+            "block above the drafter's": {**TINY_GOOD, "speculative_algorithm": "dflash",
+                                          "speculative_dflash_block_size": 16},
+            "mem fraction out of range": {**TINY_GOOD, "mem_fraction_static": 1.2},
+        }
+
+    @pytest.fixture
+    def oom_params(self):
+        return {**TINY_GOOD, "max_running_requests": 10**9}  # a KV cache of petabytes

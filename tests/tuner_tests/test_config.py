@@ -78,5 +78,12 @@ def test_unknown_backend_fails_before_any_study_is_created(tmp_path):
     path.write_text(yaml.safe_dump({"study": {"storage": f"sqlite:///{tmp_path / 'r.db'}"}}))
     result = cli("run", "-c", str(path), "--backend", "nope", cwd=tmp_path)
     assert result.returncode == 2
-    assert "unknown backend 'nope'; available: model" in result.stderr
+    assert "unknown backend 'nope'; available: inprocess, model, serve, sglang, vllm" in result.stderr
     assert not (tmp_path / "r.db").exists()
+
+
+def test_a_server_backend_must_speak_its_own_engine_flags(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"backend": {"name": "serve", "engine": "sglang"}}))
+    result = cli("run", "-c", str(path), cwd=tmp_path)
+    assert result.returncode == 2 and "backend.engine: dflash" in result.stderr

@@ -1,0 +1,159 @@
+"""The in-process backend: dflash_core run directly, no HTTP, for fast tuning of block size,
+tree shape and the running cap on the machine at hand (the CPU in CI).
+
+Each concurrency level is a closed loop over the engine's live batch: `c` requests in flight,
+each replaced by a new one as it finishes; requests beyond the running cap wait for a free row
+(their TTFT includes the wait, as behind a server). Timings are taken per round, so tokens a
+round emits together share a timestamp, as a streaming server would deliver them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any, ClassVar
+
+from backends.base import Backend, FailureClass, Measurement, Workload
+from backends.deployment import Deployment
+from backends.flags import UnsupportedParams, render_command
+from backends.launch_params import InvalidParams, LaunchParams
+from backends.loadgen import LevelResult, RequestResult
+from backends.prompts import workload_prompts
+from backends.server import classify
+
+
+class InProcessBackend(Backend):
+    name: ClassVar[str] = "inprocess"
+
+    def __init__(self, deployment: Deployment, device: str = "cpu", dtype: str = "float32",
+                 requests_per_level: int | None = None, warmup_requests: int = 2,
+                 seed: int = 0) -> None:
+        self.deployment, self.device, self.dtype = deployment, device, dtype
+        self.requests_per_level, self.warmup_requests, self.seed = (
+            requests_per_level, warmup_requests, seed)
+        self._models: tuple[Any, Any] | None = None  # loaded once, reused by every trial
+
+    def flags(self, params: dict[str, Any]) -> list[str]:
+        """The `dflash-tune serve` command that runs the same engine configuration."""
+        return render_command("dflash", LaunchParams.from_params(params), self.deployment.target)
+
+    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
+        try:
+            self.flags(params)  # what the server could not express, this cannot run either
+            return self._measure(LaunchParams.from_params(params), workload)
+        except UnsupportedParams as error:
+            return _failed(workload, FailureClass.UNSUPPORTED, str(error))
+        except InvalidParams as error:
+            return _failed(workload, FailureClass.INVALID_CONFIG, str(error))
+        except Exception as error:  # the engine's own failure: classified like a server log
+            text = f"{type(error).__name__}: {error}"
+            return _failed(workload, classify(None, text), text)
+
+    def _measure(self, launch: LaunchParams, workload: Workload) -> list[Measurement]:
+        engine, spec = self._engine(launch, workload)
+        prompts = workload_prompts(self.deployment.target.model_path, workload.input_len,
+                                   64, self.seed)
+        sampling = self._sampling(workload)
+        self._closed_loop(engine, spec, prompts, sampling, 1, self.warmup_requests)
+        return [self._closed_loop(engine, spec, prompts, sampling, c,
+                                  self.requests_per_level or max(2 * c, 8)).measurement()
+                for c in workload.concurrency]
+
+    def _engine(self, launch: LaunchParams, workload: Workload):
+        from dflash_core import DFlashProposer, Engine, EngineConfig, Spec
+
+        target, drafter = self._load()
+        if launch.speculative and drafter is None:
+            raise ValueError("speculation needs a drafter (deployment has none)")
+        block = launch.speculative_dflash_block_size
+        spec = (Spec.none() if not launch.speculative else Spec.dflash(block)
+                if not launch.is_ddtree else
+                Spec.ddtree(block, launch.speculative_ddtree_budget,
+                            launch.speculative_ddtree_topk, launch.tree_depth))
+        config = EngineConfig(max_batch=launch.max_running_requests,
+                              max_context=workload.input_len + workload.output_len + 1,
+                              max_tree_nodes=spec.num_nodes)
+        proposer = DFlashProposer(drafter, target) if launch.speculative else None
+        return Engine(target, proposer, config), spec
+
+    def _load(self):
+        if self._models is None:
+            import torch
+
+            from dflash_core import load_drafter, load_target
+
+            dtype, t = getattr(torch, self.dtype), self.deployment.target
+            target = load_target(t.model_path, dtype, self.device)
+            drafter = (load_drafter(t.drafter_path, target.config, dtype, self.device)
+                       if t.drafter_path else None)
+            self._models = (target, drafter)
+        return self._models
+
+    def _sampling(self, workload: Workload):
+        from dflash_core import SamplingParams
+
+        # No stop tokens: every request produces exactly output_len tokens, like ignore_eos.
+        return SamplingParams(temperature=workload.temperature, max_tokens=workload.output_len,
+                              seed=self.seed)
+
+    def _closed_loop(self, engine, spec, prompts, sampling, concurrency: int,
+                     total: int) -> LevelResult:
+        import torch
+
+        with torch.inference_mode():
+            return _ClosedLoop(engine.open_batch(spec, seed=self.seed), prompts, sampling,
+                               concurrency, total).run()
+
+
+class _ClosedLoop:
+    def __init__(self, batch, prompts, sampling, concurrency: int, total: int) -> None:
+        self.batch, self.prompts, self.sampling = batch, prompts, sampling
+        self.concurrency, self.total = concurrency, total
+        self.results: list[RequestResult] = []
+        self.waiting: deque[tuple[RequestResult, list[int]]] = deque()
+        self.by_row: dict[int, RequestResult] = {}
+
+    def run(self) -> LevelResult:
+        began = time.perf_counter()
+        while self._unfinished():
+            self._arrive()
+            self._admit()
+            self._record(self.batch.step())
+        accept = self.batch.stats.mean_acceptance or None
+        return LevelResult(self.concurrency, self.results, time.perf_counter() - began, accept)
+
+    def _unfinished(self) -> bool:
+        return len(self.results) < self.total or any(r.end_s is None for r in self.results)
+
+    def _arrive(self) -> None:
+        in_flight = sum(r.end_s is None for r in self.results)
+        while in_flight < self.concurrency and len(self.results) < self.total:
+            result = RequestResult(start_s=time.perf_counter())
+            self.results.append(result)
+            self.waiting.append((result, self.prompts[len(self.results) % len(self.prompts)]))
+            in_flight += 1
+
+    def _admit(self) -> None:
+        for row in [r for r in self.batch.free_rows() if self.batch.requests[r] is not None]:
+            self.batch.release(row)
+        room = min(len(self.waiting), len(self.batch.free_rows()))
+        joining = [self.waiting.popleft() for _ in range(room)]
+        events = self.batch.admit([p for _, p in joining], [self.sampling] * room)
+        for (result, _), event in zip(joining, events):
+            self.by_row[event.row] = result
+        self._record(events)
+
+    def _record(self, events) -> None:
+        now = time.perf_counter()
+        for event in events:
+            result = self.by_row[event.row]
+            if result.first_token_s is None and event.tokens:
+                result.first_token_s = now
+            result.token_times += [now] * len(event.tokens)
+            result.output_tokens += len(event.tokens)
+            if event.finish:
+                result.end_s = now
+
+
+def _failed(workload: Workload, failure: FailureClass, excerpt: str) -> list[Measurement]:
+    return [Measurement.failed(c, failure, excerpt) for c in workload.concurrency]

@@ -1,0 +1,371 @@
+"""Closed-loop load generator for OpenAI-compatible streaming servers (SGLang, vLLM, ours).
+
+Per concurrency level: a short warm-up, one open connection per simulated user, a metrics
+scrape, ``requests_per_level`` requests with exactly ``concurrency`` in flight (a user sends its
+next request as soon as its previous one ends), a second scrape for run-local acceptance
+(:mod:`backends.spec_metrics`).
+
+Each request is timed on the client with ``time.perf_counter`` from just before it is sent:
+TTFT to the first streamed chunk that carries text, ITL between such chunks, E2E to the end of
+the response body (right after ``data: [DONE]``). A chunk holding several tokens (a speculative round streamed at once) is one ITL
+sample, as in ``vllm bench serve``; TPOT uses the exact token count from ``usage``. A request
+that fails is recorded with its error and never raised, so every request sent is counted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import ssl
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from collections.abc import Coroutine
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import httpx
+
+from backends.base import FailureClass
+from backends.base import Measurement
+from backends.spec_metrics import FLAVORS
+from backends.spec_metrics import accept_len
+from backends.spec_metrics import scrape
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+PERCENTILES = (50, 90, 99)
+# Text-bearing fields of a streamed choice. Reasoning models (Kimi behind a reasoning parser)
+# stream their thinking in `reasoning_content` (SGLang, older vLLM) or `reasoning` (newer vLLM).
+_DELTA_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+# Per-request extras some servers attach to chunks (SGLang `meta_info`, vLLM `metrics`).
+_SERVER_META_KEYS = ("usage", "meta_info", "metrics")
+
+
+@dataclass(slots=True)
+class LoadSpec:
+    """What to send and how hard. Prompts are token ids (sent as ``prompt: [ids]``) or text;
+    the chat endpoint takes text only. Prompts are used in order and cycled, continuing across
+    warm-ups and levels, so a short list is reused only once exhausted."""
+
+    base_url: str
+    model: str
+    prompts: list[list[int]] | list[str]
+    output_len: int
+    concurrency_levels: tuple[int, ...]
+    requests_per_level: int | None = None  # default: max(2 * concurrency, 8)
+    warmup_requests: int = 2
+    temperature: float = 0.0
+    endpoint: str = "/v1/completions"
+    timeout_s: float = 600.0  # per request, end to end
+    metrics_flavor: str = "none"  # "sglang" | "vllm" | "dflash" | "none"
+    # SGLang, vLLM and ours accept it; it makes every request produce exactly output_len tokens.
+    ignore_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise ValueError("prompts must not be empty")
+        if self.output_len < 1 or not self.concurrency_levels or min(self.concurrency_levels) < 1:
+            raise ValueError("output_len and every concurrency level must be >= 1")
+        if self.endpoint == CHAT_ENDPOINT and not all(isinstance(p, str) for p in self.prompts):
+            raise ValueError(f"{CHAT_ENDPOINT} takes text prompts, not token ids")
+        if self.metrics_flavor not in FLAVORS:
+            raise ValueError(f"metrics_flavor must be one of {', '.join(FLAVORS)}")
+
+    def level_requests(self, concurrency: int) -> int:
+        # Two waves at least, so that every slot sees a request start mid-run.
+        return self.requests_per_level or max(2 * concurrency, 8)
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """One request as the client saw it; times are ``time.perf_counter`` seconds."""
+
+    start_s: float
+    first_token_s: float | None = None
+    end_s: float | None = None
+    output_tokens: int = 0
+    token_times: list[float] = field(default_factory=list)
+    error: str | None = None
+    # What the server reported about this request itself (`usage`, `meta_info`, `metrics`).
+    server_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.start_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.start_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Decode time per output token after the first: (E2E - TTFT) / (n - 1)."""
+        if self.output_tokens < 2 or self.ttft_s is None or self.e2e_s is None:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def itls_s(self) -> list[float]:
+        return [b - a for a, b in itertools.pairwise(self.token_times)]
+
+
+@dataclass(slots=True)
+class LevelResult:
+    """All requests of one concurrency level, the wall time they took, and run-local tau."""
+
+    concurrency: int
+    requests: list[RequestResult]
+    wall_s: float
+    accept_len: float | None = None
+    # How late the client's event loop ran a 5 ms timer (p99). A client short of CPU delays
+    # every timestamp it takes by about this much; tens of ms means the numbers are suspect.
+    client_lag_p99_ms: float | None = None
+
+    @property
+    def succeeded(self) -> list[RequestResult]:
+        return [r for r in self.requests if r.ok]
+
+    @property
+    def failed(self) -> int:
+        return len(self.requests) - len(self.succeeded)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.succeeded)
+
+    @property
+    def per_request_tok_s_p50(self) -> float | None:
+        """Median over requests of output tokens / E2E (what one user sees, TTFT included)."""
+        return _percentile([r.output_tokens / r.e2e_s for r in self.succeeded if r.e2e_s], 50)
+
+    def latency_ms(self) -> dict[str, float | None]:
+        """p50/p90/p99 of TTFT, TPOT, ITL (pooled) and E2E over successful requests, keyed
+        like ``ttft_p90_ms``."""
+        ok = self.succeeded
+        series = {"ttft": [r.ttft_s for r in ok], "tpot": [r.tpot_s for r in ok],
+                  "itl": [itl for r in ok for itl in r.itls_s], "e2e": [r.e2e_s for r in ok]}
+        return {f"{name}_p{q}_ms": _ms(_percentile([v for v in values if v is not None], q))
+                for name, values in series.items() for q in PERCENTILES}
+
+    def measurement(self, gpus: int = 1) -> Measurement:
+        """This level as a :class:`Measurement`. All requests failed: TRANSIENT with the errors.
+        Some failed: measured over the rest, with the failures summarised in the log excerpt.
+
+        ``tok_s_per_user`` is ``output_tok_s / concurrency`` (the identity the backend contract
+        checks); the per-request median is :attr:`per_request_tok_s_p50`."""
+        if not self.succeeded:
+            return Measurement.failed(self.concurrency, FailureClass.TRANSIENT,
+                                      self.error_summary())
+        output_tok_s = self.output_tokens / self.wall_s
+        lat = self.latency_ms()
+        return Measurement(
+            concurrency=self.concurrency, output_tok_s=output_tok_s,
+            output_tok_s_per_gpu=output_tok_s / gpus,
+            tok_s_per_user=output_tok_s / self.concurrency,
+            ttft_p50_ms=lat["ttft_p50_ms"], ttft_p99_ms=lat["ttft_p99_ms"],
+            tpot_p50_ms=lat["tpot_p50_ms"], tpot_p99_ms=lat["tpot_p99_ms"],
+            itl_p50_ms=lat["itl_p50_ms"], itl_p99_ms=lat["itl_p99_ms"],
+            accept_len_mean=self.accept_len,
+            log_excerpt=self.error_summary() if self.failed else "",
+        )
+
+    def error_summary(self) -> str:
+        errors = Counter(r.error for r in self.requests if r.error)
+        head = f"{self.failed} of {len(self.requests)} requests failed at {self.concurrency}-way"
+        lines = [head] + [f"{n}x {error}" for error, n in errors.most_common(5)]
+        return "\n".join(lines)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def run_load(spec: LoadSpec, gpus: int = 1) -> list[Measurement]:
+    """Measure every concurrency level of ``spec``; one :class:`Measurement` per level."""
+    return [level.measurement(gpus) for level in asyncio.run(run_levels(spec))]
+
+
+async def run_levels(spec: LoadSpec) -> list[LevelResult]:
+    """Run the levels in order; never raises for a failing server."""
+    prompts = itertools.cycle(spec.prompts)
+    async with contextlib.AsyncExitStack() as stack:
+        users = [await stack.enter_async_context(client) for client in _clients(spec)]
+        return [await _run_level(users, spec, prompts, c) for c in spec.concurrency_levels]
+
+
+def _clients(spec: LoadSpec) -> list[httpx.AsyncClient]:
+    """One single-connection client per simulated user. A shared pool would cost O(pool size)
+    per request in httpcore's connection assignment, which at 256 users is enough CPU to skew
+    the very latencies being measured; it also keeps each user on its own keep-alive
+    connection, as a real client would be."""
+    tls = ssl.create_default_context()  # built once: creating one per client costs ~25 ms each
+    # trust_env=False: a proxy from the environment must not sit between us and the server.
+    return [httpx.AsyncClient(base_url=spec.base_url, timeout=httpx.Timeout(spec.timeout_s),
+                              limits=httpx.Limits(max_connections=1), verify=tls,
+                              trust_env=False)
+            for _ in range(max(spec.concurrency_levels))]
+
+
+async def _run_level(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: Iterator,
+                     concurrency: int) -> LevelResult:
+    scraper = users[0]  # idle whenever a scrape happens: before and after the closed loop
+    # Warm-up first so that connection setup and first-request work stay out of the numbers,
+    # and its rounds land before the `before` scrape, out of the acceptance delta.
+    await _closed_loop(users, spec, prompts, concurrency, spec.warmup_requests)
+    await _connect(users[:concurrency])
+    before = await scrape(scraper, spec.metrics_flavor)
+    lags: list[float] = []
+    probe = asyncio.create_task(_probe_lag(lags))
+    start = time.perf_counter()
+    n = spec.level_requests(concurrency)
+    requests = await _closed_loop(users, spec, prompts, concurrency, n)
+    wall_s = time.perf_counter() - start
+    probe.cancel()
+    after = await scrape(scraper, spec.metrics_flavor)
+    tau = accept_len(spec.metrics_flavor, before, after)
+    return LevelResult(concurrency, requests, wall_s, tau, _ms(_percentile(lags, 99)))
+
+
+async def _probe_lag(lags: list[float], period_s: float = 0.005) -> None:
+    while True:
+        due = time.perf_counter() + period_s
+        await asyncio.sleep(period_s)
+        lags.append(time.perf_counter() - due)
+
+
+async def _connect(users: list[httpx.AsyncClient]) -> None:
+    """Open every user's connection before the clock starts: setting up hundreds of them at
+    once costs the client milliseconds of CPU each, which would land in the first wave's TTFT.
+    ``/v1/models`` is cheap on every server; a failure here shows up in the requests anyway."""
+    await asyncio.gather(*(user.get("/v1/models") for user in users), return_exceptions=True)
+
+
+async def _closed_loop(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: Iterator,
+                       concurrency: int, n: int) -> list[RequestResult]:
+    """``n`` requests, ``concurrency`` workers: exactly min(concurrency, remaining) in flight."""
+    results: list[RequestResult] = []
+    slots = iter(range(n))
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        for _ in slots:  # shared iterator: each slot is taken by exactly one worker
+            results.append(await _send(client, spec, next(prompts)))
+
+    await asyncio.gather(*(worker(users[i]) for i in range(min(concurrency, n))))
+    return results
+
+
+async def _send(client: httpx.AsyncClient, spec: LoadSpec, prompt: list[int] | str
+                ) -> RequestResult:
+    result = RequestResult(start_s=time.perf_counter())
+    try:
+        await _within(spec.timeout_s, _stream(client, spec, prompt, result))
+    except asyncio.TimeoutError:
+        result.error = f"timed out after {spec.timeout_s:g} s"
+    # Any error, not just httpx's: a misbehaving server must cost one request, not the sweep.
+    except Exception as exc:  # noqa: BLE001
+        result.error = f"{type(exc).__name__}: {exc}"[:500]
+    if result.end_s is None:
+        result.end_s = time.perf_counter()
+    if result.ok and result.output_tokens == 0:
+        result.error = "stream ended without any token"
+    return result
+
+
+async def _within(seconds: float, work: Coroutine[Any, Any, None]) -> None:
+    if sys.version_info < (3, 11):
+        return await asyncio.wait_for(work, seconds)
+    # In this task: wait_for's extra task would let other requests end between this one's end
+    # and the next start, so the loop would briefly hold fewer than `concurrency` in flight.
+    async with asyncio.timeout(seconds):
+        await work
+
+
+async def _stream(client: httpx.AsyncClient, spec: LoadSpec, prompt: list[int] | str,
+                  result: RequestResult) -> None:
+    async with client.stream("POST", spec.endpoint, json=_payload(spec, prompt)) as response:
+        if response.status_code != 200:
+            body = (await response.aread()).decode(errors="replace")
+            result.error = f"HTTP {response.status_code}: {body[:300]}"
+            return
+        done = False
+        async for data, now in _data_lines(response):
+            done = done or data == b"[DONE]"
+            if data and not done:
+                _on_chunk(result, json.loads(data), now)
+        # E2E ends with the body, which servers close right after [DONE]. Stamping it here,
+        # with no await before the user's next request starts, keeps the closed loop exact.
+        result.end_s = time.perf_counter()
+    usage = result.server_meta.get("usage") or {}
+    result.output_tokens = int(usage.get("completion_tokens") or len(result.token_times))
+
+
+def _payload(spec: LoadSpec, prompt: list[int] | str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": spec.model, "max_tokens": spec.output_len, "temperature": spec.temperature,
+        "stream": True, "stream_options": {"include_usage": True},
+    }
+    if spec.ignore_eos:
+        body["ignore_eos"] = True
+    if spec.endpoint == CHAT_ENDPOINT:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+class StreamError(RuntimeError):
+    """The server reported an error inside a stream that had started with HTTP 200."""
+
+
+async def _data_lines(response: httpx.Response) -> AsyncIterator[tuple[bytes, float]]:
+    """The ``data:`` payloads of a server-sent event stream, each with its arrival time. Reads
+    the body to its very end: one left unread makes httpx close the connection, and the user's
+    next request would pay for a new one."""
+    pending = b""
+    async for piece in response.aiter_bytes():  # bytes: skips aiter_lines' text decoding
+        now = time.perf_counter()  # on arrival, so parsing is not in the timings
+        *lines, pending = (pending + piece).split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip(), now
+    if pending.startswith(b"data:"):
+        yield pending[5:].strip(), time.perf_counter()
+
+
+def _on_chunk(result: RequestResult, chunk: dict[str, Any], now: float) -> None:
+    if chunk.get("error"):
+        raise StreamError(str(chunk["error"])[:300])
+    result.server_meta.update({k: chunk[k] for k in _SERVER_META_KEYS if chunk.get(k)})
+    if any(_has_text(choice) for choice in chunk.get("choices") or ()):
+        if result.first_token_s is None:
+            result.first_token_s = now
+        result.token_times.append(now)
+
+
+def _has_text(choice: dict[str, Any]) -> bool:
+    delta = choice.get("delta") or {}
+    return bool(choice.get("text")) or any(delta.get(key) for key in _DELTA_TEXT_KEYS)

@@ -1,0 +1,355 @@
+"""The load generator against a real stub server process, and the Prometheus-side arithmetic.
+
+The stub (fake_servers/openai_stub.py) stamps its own perf_counter times per request, counts
+requests in flight and exposes dflash_spec_* counters, so each number the load generator
+reports can be checked against what the server actually did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backends.base import FailureClass
+from backends.loadgen import LevelResult
+from backends.loadgen import LoadSpec
+from backends.loadgen import RequestResult
+from backends.loadgen import run_levels
+from backends.loadgen import run_load
+from backends.spec_metrics import Scrape
+from backends.spec_metrics import accept_len
+from backends.spec_metrics import counter_sum
+from backends.spec_metrics import gauge_mean
+from backends.spec_metrics import parse_exposition
+
+STUB = Path(__file__).parent / "fake_servers" / "openai_stub.py"
+FAST = {"ttft_ms": 2.0, "tokens_per_s": 2000.0}
+# Stub timings for the 5% comparisons, per concurrency. On a 2-vCPU test machine a burst of 32
+# requests costs the Python client (httpx + h11) and the stub's intake ~20-30 ms before the
+# server stamps arrival, so at 32 the server's TTFT has to be long for that to stay under 5%.
+TIMED = {1: {"ttft_ms": 100.0, "tokens_per_s": 100.0},
+         32: {"ttft_ms": 1000.0, "tokens_per_s": 50.0}}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"stub exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=0.5, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"stub not healthy after 20 s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def stub_url(request, tmp_path_factory):
+    port, log = _free_port(), tmp_path_factory.mktemp("stub") / "stub.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(STUB), "--port", str(port), "--ttft-ms", "50",
+             "--tokens-per-s", "200"],
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    request.addfinalizer(lambda: _stop(proc))
+    url = f"http://127.0.0.1:{port}"
+    _wait_healthy(url, proc, log)
+    return url
+
+
+class Stub:
+    def __init__(self, url: str):
+        self.url = url
+        self.http = httpx.Client(base_url=url, trust_env=False)
+
+    def configure(self, **config) -> None:
+        self.http.post("/debug/reset").raise_for_status()
+        defaults = {**TIMED[1], "accept_len": 3, "fail_every": 0, "usage": True}
+        self.http.post("/debug/config", json={**defaults, **config}).raise_for_status()
+
+    def state(self) -> dict:
+        return self.http.get("/debug/requests").json()
+
+    def spec(self, **fields) -> LoadSpec:
+        defaults = {"base_url": self.url, "model": "stub-model", "prompts": ["hello"],
+                    "output_len": 20, "concurrency_levels": (1,), "metrics_flavor": "dflash"}
+        return LoadSpec(**{**defaults, **fields})
+
+
+@pytest.fixture
+def stub(stub_url):
+    client = Stub(stub_url)
+    client.configure()
+    yield client
+    client.http.close()
+
+
+def _level(spec: LoadSpec) -> LevelResult:
+    [level] = asyncio.run(run_levels(spec))
+    return level
+
+
+def _rel_err(measured: float, truth: float) -> float:
+    return abs(measured - truth) / truth
+
+
+# --- timing against the server's own stamps ------------------------------------------------------
+
+
+@pytest.mark.parametrize("concurrency", [1, 32])
+def test_ttft_and_e2e_agree_with_server_stamps(stub, concurrency):
+    stub.configure(**TIMED[concurrency])
+    spec = stub.spec(output_len=8, concurrency_levels=(concurrency,), warmup_requests=1,
+                     requests_per_level=max(6, 2 * concurrency))
+    level = _level(spec)
+    served = stub.state()["requests"][spec.warmup_requests:]
+    assert level.failed == 0 and len(served) == len(level.requests)
+    server_ttft = statistics.median(r["first_token_s"] - r["arrival_s"] for r in served)
+    server_e2e = statistics.median(r["last_token_s"] - r["arrival_s"] for r in served)
+    lat = level.latency_ms()
+    assert _rel_err(lat["ttft_p50_ms"] / 1e3, server_ttft) < 0.05, (lat, server_ttft)
+    assert _rel_err(lat["e2e_p50_ms"] / 1e3, server_e2e) < 0.05, (lat, server_e2e)
+    assert lat["itl_p50_ms"] == pytest.approx(1e3 / TIMED[concurrency]["tokens_per_s"], rel=0.2)
+
+
+def test_chat_role_chunk_is_not_a_token_and_chunks_count_without_usage(stub):
+    stub.configure(usage=False)  # the client has to count text chunks itself
+    spec = stub.spec(endpoint="/v1/chat/completions", requests_per_level=4, output_len=6,
+                     warmup_requests=1)
+    level = _level(spec)
+    served = stub.state()["requests"][spec.warmup_requests:]
+    server_ttft = statistics.median(r["first_token_s"] - r["arrival_s"] for r in served)
+    assert [r.output_tokens for r in level.requests] == [6] * 4
+    assert "usage" not in level.requests[0].server_meta
+    # The role chunk goes out on arrival; counting it would make TTFT ~1 ms instead of ~100 ms.
+    assert _rel_err(level.latency_ms()["ttft_p50_ms"] / 1e3, server_ttft) < 0.05
+
+
+# --- accounting ----------------------------------------------------------------------------------
+
+
+def test_every_request_is_counted_once_at_concurrency_256(stub):
+    stub.configure(**FAST)
+    spec = stub.spec(prompts=[[1, 2, 3], [4, 5]], output_len=8, concurrency_levels=(256,),
+                     requests_per_level=384)  # a full wave and a half
+    level = _level(spec)
+    served = stub.state()["requests"][spec.warmup_requests:]
+    assert len(level.requests) == 384 == len(served)
+    assert len({id(r) for r in level.requests}) == 384
+    assert level.failed == 0 and all(r["status"] == 200 for r in served)
+    assert level.output_tokens == sum(r["tokens_sent"] for r in served) == 384 * 8
+
+
+def test_closed_loop_keeps_exactly_concurrency_in_flight(stub):
+    stub.configure(ttft_ms=10.0, tokens_per_s=500.0)
+    level = _level(stub.spec(output_len=10, concurrency_levels=(16,), requests_per_level=64))
+    assert stub.state()["max_in_flight"] == 16  # the server never saw more
+    # Client side: each request after the first wave starts once another has ended, so at every
+    # start exactly 16 are in flight (the finished one's end is stamped before the next start).
+    starts = sorted(r.start_s for r in level.requests)
+    in_flight = [sum(r.start_s <= t < r.end_s for r in level.requests) for t in starts]
+    assert in_flight == list(range(1, 17)) + [16] * 48
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+def test_failed_requests_are_counted_not_raised(stub):
+    stub.configure(fail_every=3, **FAST)
+    level = _level(stub.spec(concurrency_levels=(4,), requests_per_level=24, warmup_requests=0))
+    assert len(level.requests) == 24 == len(stub.state()["requests"])
+    assert level.failed == 8 and level.output_tokens == 16 * 20
+    m = level.measurement()
+    assert m.ok and "8 of 24 requests failed" in m.log_excerpt and "HTTP 500" in m.log_excerpt
+
+
+def test_all_requests_failing_is_a_transient_failure(stub):
+    stub.configure(fail_every=1, **FAST)
+    [m] = run_load(stub.spec(concurrency_levels=(2,)))
+    assert m.failure is FailureClass.TRANSIENT
+    assert "8 of 8 requests failed" in m.log_excerpt and "stub failure" in m.log_excerpt
+
+
+def test_unreachable_server_is_a_transient_failure():
+    spec = LoadSpec(base_url=f"http://127.0.0.1:{_free_port()}", model="m", prompts=["x"],
+                    output_len=4, concurrency_levels=(1, 4), metrics_flavor="vllm")
+    rows = run_load(spec)
+    assert [m.failure for m in rows] == [FailureClass.TRANSIENT] * 2
+    assert "ConnectError" in rows[0].log_excerpt
+
+
+def test_slow_request_times_out_as_an_error(stub):
+    stub.configure(ttft_ms=2000.0)
+    level = _level(stub.spec(requests_per_level=2, warmup_requests=0, timeout_s=0.2))
+    assert [r.error for r in level.requests] == ["timed out after 0.2 s"] * 2
+    assert level.measurement().failure is FailureClass.TRANSIENT
+
+
+# --- run-local acceptance ------------------------------------------------------------------------
+
+
+def test_acceptance_is_local_to_each_level(stub):
+    stub.configure(**FAST)
+    # Prompts are consumed in order: warm-up 2, level one 8, warm-up 2, level two 8. Warm-ups
+    # accept 1 token a round, so any leak of them (or of the other level) shifts the result.
+    prompts = ["accept=1"] * 2 + ["accept=2"] * 8 + ["accept=1"] * 2 + ["accept=4"] * 8
+    spec = stub.spec(prompts=prompts, output_len=8, concurrency_levels=(1, 4),
+                     requests_per_level=8)
+    levels = asyncio.run(run_levels(spec))
+    assert [level.accept_len for level in levels] == [pytest.approx(2.0), pytest.approx(4.0)]
+    assert levels[1].measurement().accept_len_mean == pytest.approx(4.0)
+
+
+def test_default_stub_acceptance_is_three(stub):
+    stub.configure(**FAST)
+    level = _level(stub.spec(output_len=9, requests_per_level=8))
+    assert level.accept_len == pytest.approx(3.0)
+    assert _level(stub.spec(output_len=9, metrics_flavor="none")).accept_len is None
+
+
+# --- measurement arithmetic ----------------------------------------------------------------------
+
+
+def _request(start: float, ttft: float, gaps: list[float]) -> RequestResult:
+    times = [start + ttft + sum(gaps[:i]) for i in range(len(gaps) + 1)]
+    return RequestResult(start_s=start, first_token_s=times[0], end_s=times[-1],
+                         output_tokens=len(times), token_times=times)
+
+
+def test_measurement_from_hand_timed_requests():
+    requests = [_request(0.0, 0.1, [0.01] * 9), _request(0.0, 0.3, [0.02] * 9),
+                RequestResult(start_s=0.0, end_s=0.05, error="HTTP 500: boom")]
+    m = LevelResult(concurrency=2, requests=requests, wall_s=1.0, accept_len=2.5).measurement(4)
+    assert m.ok and m.output_tok_s == pytest.approx(20.0)
+    assert m.output_tok_s_per_gpu == pytest.approx(5.0)
+    assert m.tok_s_per_user * m.concurrency == pytest.approx(m.output_tok_s)
+    assert m.ttft_p50_ms == pytest.approx(200.0) and m.ttft_p99_ms == pytest.approx(298.0)
+    assert m.tpot_p50_ms == pytest.approx(15.0)  # (E2E - TTFT) / (n - 1): 10 ms and 20 ms
+    assert m.itl_p50_ms == pytest.approx(15.0) and m.itl_p99_ms == pytest.approx(20.0)
+    assert m.accept_len_mean == 2.5
+    assert "1 of 3 requests failed" in m.log_excerpt and "HTTP 500: boom" in m.log_excerpt
+
+
+def test_chat_endpoint_rejects_token_id_prompts():
+    with pytest.raises(ValueError, match="text prompts"):
+        LoadSpec(base_url="http://x", model="m", prompts=[[1, 2]], output_len=4,
+                 concurrency_levels=(1,), endpoint="/v1/chat/completions")
+
+
+# --- Prometheus exposition and acceptance formulas -----------------------------------------------
+
+EXPOSITION = r"""
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="kimi"} 100.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="kimi"} 50.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="kimi"} 1.7e+09
+
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="kimi"} 210 1712345678000
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="kimi"} 90 # {trace="a}"} 1.0
+weird{path="a,b}c",quote="say \"hi\"\n",slash="\\"} NaN
+inf_metric +Inf
+not a sample line
+"""
+
+
+def test_parser_reads_labels_and_skips_comments():
+    samples = parse_exposition(EXPOSITION)
+    assert [s.name for s in samples] == [
+        "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_drafts_created", "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total", "weird", "inf_metric"]
+    assert samples[0].labels == {"engine": "0", "model_name": "kimi"}
+    assert samples[3].value == 210.0  # the trailing timestamp is not the value
+    assert samples[4].value == 90.0  # an OpenMetrics exemplar is not the value either
+    assert samples[5].labels == {"path": "a,b}c", "quote": 'say "hi"\n', "slash": "\\"}
+    assert samples[6].value == float("inf")
+
+
+def test_counter_sums_label_sets_with_or_without_total_suffix():
+    samples = parse_exposition(EXPOSITION)
+    assert counter_sum(samples, "vllm:spec_decode_num_drafts_total") == 150.0
+    assert counter_sum(samples, "vllm:spec_decode_num_drafts") == 150.0  # _created not summed
+    assert counter_sum(samples, "vllm:spec_decode_num_accepted_tokens") == 300.0
+    assert counter_sum(samples, "vllm:spec_decode_num_draft_tokens") is None
+
+
+def _scrape(text: str, server_info: dict | None = None) -> Scrape:
+    return Scrape(parse_exposition(text), server_info)
+
+
+def _vllm_text(drafts: tuple[int, int], accepted: tuple[int, int]) -> str:
+    return "\n".join(
+        f'vllm:spec_decode_num_drafts_total{{engine="{e}"}} {drafts[e]}\n'
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="{e}"}} {accepted[e]}'
+        for e in (0, 1))
+
+
+def test_vllm_acceptance_is_one_plus_accepted_per_draft_over_the_interval():
+    before = _scrape(_vllm_text((100, 50), (300, 100)))
+    after = _scrape(_vllm_text((160, 90), (480, 240)))  # +100 drafts, +320 accepted
+    assert accept_len("vllm", before, after) == pytest.approx(4.2)
+
+
+def test_counter_reset_or_missing_metrics_give_none():
+    before = _scrape(_vllm_text((100, 50), (300, 100)))
+    restarted = _scrape(_vllm_text((1, 1), (2, 2)))
+    assert accept_len("vllm", before, restarted) is None
+    assert accept_len("vllm", before, before) is None  # no drafts in between
+    assert accept_len("dflash", Scrape(), Scrape()) is None
+    assert accept_len("sglang", Scrape(), Scrape()) is None
+
+
+def test_dflash_acceptance_is_emitted_per_round():
+    text = "dflash_spec_emitted_tokens_total {}\ndflash_spec_rounds_total {}"
+    assert accept_len("dflash", _scrape(text.format(10, 5)),
+                      _scrape(text.format(40, 15))) == pytest.approx(3.0)
+
+
+def test_sglang_acceptance_reads_the_gauge_after_the_level():
+    after = _scrape("# TYPE sglang:spec_accept_length gauge\n"
+                    'sglang:spec_accept_length{dp_rank="0"} 3.0\n'
+                    'sglang:spec_accept_length{dp_rank="1"} 4.0\n')
+    assert gauge_mean(after.samples, "sglang:spec_accept_length") == 3.5
+    assert accept_len("sglang", Scrape(), after) == pytest.approx(3.5)
+
+
+def test_sglang_acceptance_falls_back_to_server_info():
+    info = {"internal_states": [{"avg_spec_accept_length": 2.0}, {"avg_spec_accept_length": 3.0}]}
+    after = _scrape("sglang:spec_accept_length 0.0\n", info)  # 0: nothing logged yet
+    assert accept_len("sglang", Scrape(), after) == pytest.approx(2.5)
+    assert accept_len("sglang", Scrape(), _scrape("", {"avg_spec_accept_length": 3.2})) == 3.2
+
+
+def test_unknown_flavor_is_rejected():
+    with pytest.raises(ValueError, match="flavor"):
+        accept_len("trtllm", Scrape(), Scrape())

@@ -1,0 +1,116 @@
+"""End to end on CPU: `dflash-tune run --backend serve` launches real `dflash-tune serve`
+processes with the tiny trained pair, stores what it measured, `best --emit-flags` prints a
+command that starts that server again, and Ctrl-C mid-load leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import yaml
+from cli_helpers import cli
+
+from backends.server import ServerSpec, free_port, group_alive, launched
+from dflash_core.training.pair import ensure_pair
+
+PAIR = ensure_pair()
+
+
+def _config(folder: Path, trials: int, output_len: int = 16) -> Path:
+    raw = {
+        "study": {"name": "tiny-serve", "storage": f"sqlite:///{folder / 'results.db'}",
+                  "n_trials": trials, "seed": 0, "sampler": "random"},
+        "hardware": {"gpus": 1},
+        "model": {"name": str(PAIR / "target" / "config.json"), "path": str(PAIR / "target")},
+        "drafter": {"path": str(PAIR / "drafter"), "block_size": 8, "num_layers": 1,
+                    "target_layers": [1, 3, 4], "num_heads": 6, "num_kv_heads": 2,
+                    "head_dim": 32, "intermediate_size": 576},
+        "workload": {"input_len": 32, "output_len": output_len, "concurrency": [1, 4],
+                     "target_concurrency": 4, "sla": []},
+        "backend": {"name": "serve", "engine": "dflash", "context_length": 256},
+        "search_space": "tiny_pair",
+    }
+    path = folder / "tuner.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _rows(folder: Path, query: str) -> list[tuple]:
+    with sqlite3.connect(folder / "results.db") as db:
+        return db.execute(query).fetchall()
+
+
+def test_a_serve_study_measures_real_servers_and_best_relaunches_the_winner(tmp_path):
+    config = _config(tmp_path, trials=3)
+    run = cli("run", "-c", str(config), cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    trials = _rows(tmp_path, "select trial_number, status, params_json from dflash_tune_trials")
+    assert [status for _, status, _ in trials] == ["ok"] * 3
+    accept = _rows(tmp_path, "select t.params_json, m.concurrency, m.accept_len_mean from "
+                   "dflash_tune_measurements m join dflash_tune_trials t on "
+                   "t.trial_number = m.trial_number")
+    speculative = [a for params, _, a in accept
+                   if json.loads(params)["speculative_algorithm"] != "none"]
+    # Seeded: after the enqueued baseline the random sampler draws speculative trials.
+    assert len(speculative) >= 2 and min(speculative) > 1.0
+
+    best = cli("best", "-c", str(config), "--emit-flags", cwd=tmp_path)
+    assert best.returncode == 0, best.stderr
+    argv = shlex.split(best.stdout)
+    assert argv[:2] == ["dflash-tune", "serve"]
+    port = free_port()
+    argv[argv.index("--port") + 1] = str(port)
+    with launched(ServerSpec([sys.executable, "-m", "tuner", *argv[1:]], port,
+                             start_timeout_s=120)) as server:
+        reply = httpx.post(f"{server.base_url}/v1/completions", timeout=60, json={
+            "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0, "ignore_eos": True})
+        assert reply.json()["usage"]["completion_tokens"] == 4
+
+
+def test_ctrl_c_during_a_load_level_stops_cleanly_and_leaves_no_server(tmp_path):
+    config = _config(tmp_path, trials=20, output_len=400)
+    run = subprocess.Popen([sys.executable, "-m", "tuner", "run", "-c", str(config)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        server = _wait_for_serving_child(run.pid)
+        pgid = server.pid  # the server leads its own process group
+        time.sleep(1.0)  # inside a load level
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, err
+    assert "interrupted" in err
+    assert not group_alive(pgid)
+    assert not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
+
+
+def _wait_for_serving_child(pid: int, timeout_s: float = 120) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in psutil.Process(pid).children(recursive=True):
+            try:
+                cmd = proc.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            if "serve" in cmd and "--port" in cmd and _healthy(cmd[cmd.index("--port") + 1]):
+                return proc
+        time.sleep(0.05)
+    raise AssertionError("no serving child appeared")
+
+
+def _healthy(port: str) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).status_code == 200
+    except httpx.HTTPError:
+        return False
