@@ -1,0 +1,97 @@
+"""HTTP serving overhead: `dflash-tune serve` vs the in-process engine on the tiny pair.
+
+Both run the same engine configuration on the same prompts at the same concurrency; the serve
+side goes through a real server process, the async load generator and streaming HTTP. Repeats
+alternate the two so drift hits both; medians are reported. CPU only (where this project's CI
+runs), so absolute tok/s say little; the ratio is the point (issue 6 target: serve >= 85% of
+in-process at concurrency 8).
+
+    python bench/serve_overhead_bench.py [--repeats 3] [--concurrency 8] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from backends import Deployment, Workload, get_backend
+from backends.flags import LaunchTarget
+from dflash_core.training.pair import ensure_pair
+
+CONFIGS = {
+    "plain": {"tp_size": 1, "cuda_graph": False, "max_running_requests": 8},
+    "dflash b8": {"tp_size": 1, "cuda_graph": False, "max_running_requests": 8,
+                  "speculative_algorithm": "dflash"},
+    "ddtree b8 budget 16": {"tp_size": 1, "cuda_graph": False, "max_running_requests": 8,
+                            "speculative_algorithm": "ddtree", "speculative_ddtree_budget": 16,
+                            "speculative_ddtree_topk": 4},
+}
+
+
+def deployment() -> Deployment:
+    pair = ensure_pair()
+    target = LaunchTarget(str(pair / "target"), str(pair / "drafter"), context_length=256)
+    return Deployment(gpu="cpu", gpus=1, model=str(pair / "target" / "config.json"),
+                      target=target, engine="dflash")
+
+
+def run(repeats: int, concurrency: int, requests: int) -> list[dict]:
+    dep = deployment()
+    backends = {"inprocess": get_backend("inprocess", dep, requests_per_level=requests),
+                "serve": get_backend("serve", dep, requests_per_level=requests)}
+    workload = Workload(input_len=64, output_len=64, concurrency=(concurrency,))
+    rows = []
+    for name, params in CONFIGS.items():
+        tok_s: dict[str, list[float]] = {"inprocess": [], "serve": []}
+        accept: dict[str, list[float]] = {"inprocess": [], "serve": []}
+        for _ in range(repeats):
+            for kind, backend in backends.items():
+                (m,) = backend.measure(params, workload)
+                assert m.ok, m.log_excerpt
+                tok_s[kind].append(m.output_tok_s)
+                accept[kind].append(m.accept_len_mean or 1.0)
+        inproc, serve = (statistics.median(tok_s[k]) for k in ("inprocess", "serve"))
+        rows.append({"config": name, "inprocess_tok_s": round(inproc, 1),
+                     "serve_tok_s": round(serve, 1), "ratio": round(serve / inproc, 3),
+                     "accept_inprocess": round(statistics.median(accept["inprocess"]), 2),
+                     "accept_serve": round(statistics.median(accept["serve"]), 2),
+                     "ratios_each_repeat": [round(s / i, 3) for s, i in
+                                            zip(tok_s["serve"], tok_s["inprocess"])]})
+    return rows
+
+
+def markdown(rows: list[dict], concurrency: int) -> str:
+    lines = [f"| config (concurrency {concurrency}) | in-process tok/s | serve tok/s | "
+             "serve / in-process | tau in-process | tau serve | ratio per repeat |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['config']} | {r['inprocess_tok_s']} | {r['serve_tok_s']} | {r['ratio']} | "
+              f"{r['accept_inprocess']} | {r['accept_serve']} | {r['ratios_each_repeat']} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    began = time.perf_counter()
+    rows = run(args.repeats, args.concurrency, args.requests)
+    print(markdown(rows, args.concurrency))
+    print(f"\n{args.requests} requests x 64 in / 64 out tokens per measurement, medians of "
+          f"{args.repeats} alternating repeats; {platform.machine()}, "
+          f"{torch.get_num_threads()} threads; {time.perf_counter() - began:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
