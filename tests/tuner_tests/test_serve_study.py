@@ -114,3 +114,25 @@ def _healthy(port: str) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_launch_that_fails_is_recorded_with_its_class_and_the_study_goes_on(tmp_path):
+    space = {"name": "oom_or_not", "context": {"gpus": "devices"},
+             "params": {"tp_size": {"type": "categorical", "choices": [1]},
+                        "speculative_algorithm": {"type": "categorical", "choices": ["none"]},
+                        "cuda_graph": {"type": "categorical", "choices": [False]},
+                        # 10^9 rows of KV cache cannot be allocated: the server dies with OOM.
+                        "max_running_requests": {"type": "categorical",
+                                                 "choices": [4, 1_000_000_000]}}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    config = _config(tmp_path, trials=3)
+    raw = yaml.safe_load(config.read_text())
+    raw["search_space"] = str(tmp_path / "space.yaml")
+    raw["study"]["seed"] = 1
+    config.write_text(yaml.safe_dump(raw))
+    run = cli("run", "-c", str(config), cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    statuses = _rows(tmp_path, "select status from dflash_tune_trials order by trial_number")
+    assert {"oom", "ok"} <= {s for (s,) in statuses} and len(statuses) == 3
+    excerpt = _rows(tmp_path, "select log_excerpt from dflash_tune_trials where status = 'oom'")
+    assert "allocate" in excerpt[0][0]
