@@ -36,14 +36,11 @@ def test_sglang_accepts_our_flags(name):
 def test_vllm_accepts_our_flags(name, monkeypatch):
     pytest.importorskip("vllm")
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")  # else the device default cannot resolve
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    cli_args = pytest.importorskip("vllm.entrypoints.common.cli_args")  # 0.33 layout
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # older layouts
-        from vllm.utils import FlexibleArgumentParser
     argv = render_command("vllm", CONFIGS[name], TARGET)
     assert argv[:2] == ["vllm", "serve"]
-    parser = make_arg_parser(FlexibleArgumentParser())
+    parser = cli_args.make_arg_parser(FlexibleArgumentParser())
     namespace = parser.parse_args(argv[2:])
     assert namespace.tensor_parallel_size == CONFIGS[name].tp_size
