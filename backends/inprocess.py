@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 
 from backends.base import Backend, FailureClass, Measurement, Workload
 from backends.deployment import Deployment
+from backends.failure_log import classify
 from backends.flags import UnsupportedParams, render_command
+from backends.latency import LevelResult, RequestResult
 from backends.launch_params import InvalidParams, LaunchParams
-from backends.loadgen import LevelResult, RequestResult
 from backends.prompts import workload_prompts
-from backends.server import classify
 
 
 class InProcessBackend(Backend):

@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from backends.base import FailureClass
-from backends.loadgen import LevelResult
+from backends.latency import LevelResult
+from backends.latency import RequestResult
 from backends.loadgen import LoadSpec
-from backends.loadgen import RequestResult
 from backends.loadgen import run_levels
 from backends.loadgen import run_load
 from backends.spec_metrics import Scrape
