@@ -121,9 +121,26 @@ class LiveBatch:
     # --- one round ----------------------------------------------------------------------------
 
     def step(self) -> list[Emitted]:
-        if not self.live_rows():
+        """One round over rows 0..n-1, n = the last live row + 1: a server at low load does
+        not pay for its idle rows (rows are handed out lowest first)."""
+        live = self.live_rows()
+        if not live:
             return []
-        starts = self._tensor(self.starts_h)
+        n = max(live) + 1
+        full = (self.cache, self.anchors, self.features, self.feature_positions)
+        self.cache = self.cache.row_range(n)
+        self.anchors, self.features, self.feature_positions = (x[:n] for x in full[1:])
+        try:
+            return self._round(self._tensor(self.starts_h[:n]))
+        finally:
+            rows = full[1].shape[0]
+            self.cache = full[0]
+            self.anchors = torch.cat([self.anchors, full[1][n:]])
+            # Rows past n hold no live request: their pending context is never drafted from.
+            self.features = _pad_rows(self.features, rows)
+            self.feature_positions = _pad_rows(self.feature_positions, rows)
+
+    def _round(self, starts: Tensor) -> list[Emitted]:
         with self.stats.timed("draft", self.device):
             draft_logits = self._draft(starts)  # [B, L, V] or None
         with self.stats.timed("build", self.device):
@@ -137,7 +154,8 @@ class LiveBatch:
         if self.spec.method == "none":
             return None
         return self.proposer.propose(DraftInput(
-            self.features, self.feature_positions, self.anchors, starts, max(self.starts_h),
+            self.features, self.feature_positions, self.anchors, starts,
+            max(self.starts_h[: len(starts)]),
             self.spec.block_size))
 
     def _tree(self, draft_logits: Tensor | None) -> Tree:
@@ -156,9 +174,9 @@ class LiveBatch:
         """One target forward over every node of every row -> the target's token per node."""
         nodes = torch.arange(tree.num_nodes, device=self.device)
         step = Step(starts[:, None] + tree.depths, starts[:, None] + nodes, starts,
-                    max(self.starts_h), tree.mask)
+                    max(self.starts_h[: len(starts)]), tree.mask)
         hidden, features = self.target(tree.tokens, step, self.cache, self.taps)  # [B, N, *]
-        samplings = [r.sampling if r else None for r in self.requests]
+        samplings = [r.sampling if r else None for r in self.requests[: len(starts)]]
         return sample_rows(self.target.logits(hidden), samplings, self.generator), features
 
     def _commit(self, starts: Tensor, tree: Tree, post: Tensor, features: Tensor) -> list[Emitted]:
@@ -219,3 +237,8 @@ def _extend_positions(positions: Tensor, width: int) -> Tensor:
     extra = positions[:, -1:] + torch.arange(1, width - positions.shape[1] + 1,
                                              device=positions.device)
     return torch.cat([positions, extra], dim=1)
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    """[n, ...] -> [rows, ...] with zero rows appended."""
+    return torch.cat([x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))])
