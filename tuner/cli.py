@@ -91,6 +91,39 @@ def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt =
 
 
 @app.command()
+def nightly(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
+            backend: Annotated[str | None, typer.Option(
+                help="Backend to measure with (default: the study's).")] = None,
+            repeats: Annotated[int, typer.Option(min=1, help="Measurements per config.")] = 5,
+            explore: Annotated[int, typer.Option(min=0, help="Neighbours to try.")] = 2,
+            threshold: Annotated[float, typer.Option(
+                help="Smallest relative drop that counts as a regression.")] = 0.05,
+            mad_k: Annotated[float, typer.Option("--mad-k", help="Noise multiplier.")] = 3.0,
+            history: Annotated[int, typer.Option(min=1, help="Earlier runs to compare with.")]
+            = 5,
+            rebase: Annotated[bool, typer.Option(
+                "--rebase", help="Accept tonight's level as the new reference.")] = False,
+            fmt: Annotated[OutputFormat | None, typer.Option("--format")] = None) -> None:
+    """Re-measure the incumbent and the baseline; exit 0 fine, 1 regression, 2 unmeasurable."""
+    import json
+
+    from tuner.nightly import run_nightly
+
+    cfg = _config(config, **{"study.storage": storage, "study.name": study})
+    try:
+        outcome = run_nightly(cfg, repeats=repeats, explore=explore, threshold=threshold,
+                              mad_k=mad_k, backend=backend, history=history, rebase=rebase)
+    except KeyboardInterrupt:
+        render.note("interrupted: what was measured is kept", "yellow")
+        raise typer.Exit(130) from None
+    for line in outcome.lines:
+        render.note(line)
+    if fmt is OutputFormat.json:
+        render.emit(json.dumps(outcome.as_dict(), indent=2, sort_keys=True))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
 def calibrate(reference: Annotated[str, typer.Option(
         help="Shipped reference name or a reference YAML file.")] = "pcie8_kimi_sglang") -> None:
     """Fit the performance model's efficiency constants to measured numbers."""

@@ -1,0 +1,136 @@
+"""What one nightly run measures: the incumbent, the same layout without speculation, and a few
+neighbours of the incumbent that differ in one knob."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
+
+from backends.launch_params import InvalidParams
+from backends.launch_params import LaunchParams
+from tuner.study import BASELINE
+
+INCUMBENT, BASELINE_ROLE, NEIGHBOUR = "incumbent", "baseline", "neighbour"
+_DEFAULTS = LaunchParams()
+_SPECULATION = ("speculative_dflash_block_size", "speculative_ddtree_budget",
+                "speculative_ddtree_topk", "speculative_ddtree_max_depth")
+_TREE = _SPECULATION[1:]
+_GRAPHS = ("cuda_graph_max_bs", "cuda_graph_bs_ladder")
+
+
+@dataclass(slots=True, frozen=True)
+class Probe:
+    role: str
+    params: dict[str, Any]
+    repeats: int
+    change: str = ""  # how a neighbour differs from the incumbent, e.g. "block size 3 -> 4"
+
+    @property
+    def key(self) -> str:
+        return config_key(self.params)
+
+    @property
+    def label(self) -> str:
+        return LaunchParams.from_params(self.params).label()
+
+
+def canonical(params: dict[str, Any]) -> dict[str, Any]:
+    """Every LaunchParams field, with knobs that do nothing in this configuration at their
+    defaults, so that one configuration has one key whatever the sampler left in its dict."""
+    lp = LaunchParams.from_params(params)
+    idle = [*(_SPECULATION if not lp.speculative else _TREE if not lp.is_ddtree else ()),
+            *(_GRAPHS if not lp.cuda_graph else ())]
+    return asdict(replace(lp, **{name: getattr(_DEFAULTS, name) for name in idle}))
+
+
+def config_key(params: dict[str, Any]) -> str:
+    text = json.dumps(canonical(params), sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def baseline_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The incumbent's layout with speculation off: what speculation is judged against."""
+    return {**params, **BASELINE}
+
+
+def _moves(lp: LaunchParams, max_block: int) -> list[tuple[str, dict[str, Any]]]:
+    """One-knob moves as (what changes, the new values): speculation's knobs first, as these are
+    what an engine or drafter update shifts most; validity is checked by the caller."""
+    moves: list[tuple[str, dict[str, Any]]] = []
+    if lp.speculative:
+        b = lp.speculative_dflash_block_size
+        moves += [(f"block size {b} -> {v}", {"speculative_dflash_block_size": v})
+                  for v in (b + 1, b - 1)]
+    if lp.is_ddtree:
+        budget, topk = lp.speculative_ddtree_budget, lp.speculative_ddtree_topk
+        moves += [(f"tree budget {budget} -> {v}", {"speculative_ddtree_budget": v})
+                  for v in (budget * 2, budget // 2)]
+        moves += [(f"tree top-k {topk} -> {v}", {"speculative_ddtree_topk": v})
+                  for v in (topk + 1, topk - 1)]
+    cap = lp.max_running_requests
+    moves += [(f"running cap {cap} -> {v}", {"max_running_requests": v})
+              for v in (cap * 2, cap // 2)]
+    if lp.is_ddtree:  # is the tree still worth it over DFlash's chain?
+        moves.append(("algorithm ddtree -> dflash", {"speculative_algorithm": "dflash"}))
+    if not lp.speculative and max_block >= 2:  # does speculation pay now (a new drafter)?
+        moves.append((f"algorithm none -> dflash b{max_block}", {
+            "speculative_algorithm": "dflash", "speculative_dflash_block_size": max_block}))
+    return moves
+
+
+def neighbours(params: dict[str, Any], max_block: int,
+               usable: Callable[[dict[str, Any]], bool] = lambda p: True) -> list[Probe]:
+    """Valid one-knob variations of ``params`` (repeats filled in by :func:`plan`)."""
+    lp = LaunchParams.from_params(params)
+    seen = {config_key(params), config_key(baseline_of(params))}
+    found = []
+    for change, values in _moves(lp, max_block):
+        candidate = _moved(params, lp, values)
+        if candidate is None or not _fits(candidate, max_block) or not usable(candidate):
+            continue
+        if (key := config_key(candidate)) not in seen:
+            seen.add(key)
+            found.append(Probe(NEIGHBOUR, candidate, 0, change))
+    return found
+
+
+def plan(incumbent: dict[str, Any], max_block: int, repeats: int, explore: int, rotation: int,
+         usable: Callable[[dict[str, Any]], bool] = lambda p: True) -> list[Probe]:
+    """Incumbent first (it decides the exit code), then the baseline, then ``explore``
+    neighbours. ``rotation`` (runs so far) shifts which neighbours are taken, so that a week of
+    nightly runs covers them all instead of re-measuring the same two."""
+    probes = [Probe(INCUMBENT, incumbent, repeats)]
+    if LaunchParams.from_params(incumbent).speculative:  # else the incumbent is the baseline
+        probes.append(Probe(BASELINE_ROLE, baseline_of(incumbent), repeats))
+    near = neighbours(incumbent, max_block, usable)
+    fewer = max(1, (repeats + 1) // 2)  # cheaper; 3 of 5 still joins the noise pool
+    for i in range(min(explore, len(near))):
+        probes.append(replace(near[(rotation * explore + i) % len(near)], repeats=fewer))
+    return probes
+
+
+def _moved(params: dict[str, Any], lp: LaunchParams, values: dict[str, Any]) -> dict | None:
+    moved = {**params, **values}
+    follows = lp.cuda_graph and lp.cuda_graph_max_bs == lp.max_running_requests
+    if "max_running_requests" in values and follows:
+        # The space derives the graph cap from the running cap.
+        moved["cuda_graph_max_bs"] = values["max_running_requests"]
+    if values.get("speculative_algorithm") == "dflash":
+        moved = {k: v for k, v in moved.items() if k not in _TREE}  # a chain has no tree knobs
+    try:
+        LaunchParams.from_params(moved)
+    except InvalidParams:
+        return None
+    return moved
+
+
+def _fits(params: dict[str, Any], max_block: int) -> bool:
+    lp = LaunchParams.from_params(params)
+    if lp.is_ddtree and lp.speculative_ddtree_topk < 1:
+        return False
+    return not lp.speculative or lp.speculative_dflash_block_size <= max_block
