@@ -124,6 +124,27 @@ def nightly(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOp
 
 
 @app.command()
+def dashboard(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
+              out: Annotated[Path, typer.Option(help="HTML file to write.")] = Path("report.html"),
+              serve: Annotated[bool, typer.Option(
+                  "--serve", help="Serve it (rebuilt as the DB changes) instead.")] = False,
+              host: str = "127.0.0.1",
+              port: Annotated[int, typer.Option(help="8050: optuna-dashboard takes 8080.")] = 8050,
+              refresh: Annotated[int, typer.Option(help="Seconds between page reloads.")] = 30,
+              ) -> None:
+    """Write (or serve) a self-contained HTML report of a study."""
+    from tuner.dashboard import serve_report
+    from tuner.dashboard import write_report
+
+    cfg = _config(config, **{"study.storage": storage, "study.name": study})
+    if serve:
+        render.note(f"serving http://{host}:{port}/ (Ctrl-C stops)")
+        serve_report(cfg.study.storage, cfg.study.name, host=host, port=port, refresh_s=refresh)
+    else:
+        render.emit(str(write_report(cfg.study.storage, cfg.study.name, out)))
+
+
+@app.command()
 def calibrate(reference: Annotated[str, typer.Option(
         help="Shipped reference name or a reference YAML file.")] = "pcie8_kimi_sglang") -> None:
     """Fit the performance model's efficiency constants to measured numbers."""

@@ -1,0 +1,303 @@
+"""The HTML report: sections, offline, escaping, scale, the server, Optuna compatibility and a
+real headless Chromium."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from wsgiref.util import setup_testing_defaults
+
+import optuna
+import plotly.graph_objects as go
+import pytest
+import sqlalchemy as sa
+from cli_helpers import write_config
+
+from tuner import records
+from tuner.config import load_config
+from tuner.dashboard import make_server, write_report
+from tuner.dashboard.analysis import crossover, envelopes
+from tuner.dashboard.data import TrialView, load_study_data
+from tuner.dashboard.nightly import load_nightly
+from tuner.dashboard.page import figure_html
+from tuner.dashboard.roofline import Roofline
+from tuner.errors import NoResultError
+from tuner.runner import run_study
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTILE = "<script>alert(1)</script>"
+HOSTILE_PATH = "/models/<img src=x onerror=alert(2)>"
+HOSTILE_LOG = "</pre><script>alert(3)</script>"
+SECTIONS = ["pareto", "concurrency", "acceptance", "breakdown", "importance", "failures", "nightly"]
+
+
+def _study(folder: Path, **sections) -> str:
+    cfg = load_config(write_config(folder, **sections))
+    run_study(cfg)
+    return cfg.study.storage
+
+
+def _crash(url: str, study: str, number: int, excerpt: str) -> None:
+    record = records.TrialRecord(trial_number=number, backend="model", params={"tp_size": 8},
+                                 status="crash", measured=True, command="", env={},
+                                 log_excerpt=excerpt, measurements={})
+    records.save_trial(records.connect(url), study, record, [])
+
+
+@pytest.fixture(scope="module")
+def studied(tmp_path_factory) -> tuple[str, str]:
+    """A 12-trial model-backend study with a hostile name, model path and log; its report."""
+    folder = tmp_path_factory.mktemp("dash")
+    url = _study(folder, study={"name": HOSTILE, "n_trials": 12}, model={"path": HOSTILE_PATH})
+    _crash(url, HOSTILE, 999, HOSTILE_LOG)
+    return url, write_report(url, HOSTILE, folder / "out" / "report.html").read_text()
+
+
+def _figures(report: str) -> set[str]:
+    return set(re.findall(r'<div id="fig-([a-z]+)"', report))
+
+
+def test_report_has_every_view_and_draws_the_study(studied):
+    _, report = studied
+    for anchor in SECTIONS:
+        assert f'<section id="{anchor}">' in report
+    assert {"pareto", "concurrency", "breakdown", "importance", "failures"} <= _figures(report)
+    assert "chosen (what `best` emits)" in report and "roofline (ideal step)" in report
+    assert "no nightly runs yet" in report
+
+
+def test_report_is_offline_with_plotly_inlined_once(studied):
+    _, report = studied
+    assert not re.search(r"<script[^>]*\ssrc=", report)
+    assert not re.search(r"<link[^>]*https?://", report)
+    assert report.count("Plotly.newPlot(") == len(_figures(report))
+    assert report.count("<script>") == 1 + len(_figures(report))  # plotly.js, then one per figure
+
+
+def test_user_strings_are_escaped_everywhere(studied):
+    _, report = studied
+    for hostile in (HOSTILE, HOSTILE_PATH, HOSTILE_LOG, "alert(1)</", "<img"):
+        assert hostile not in report
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in report  # the name is shown, as text
+    assert "&lt;img src=x onerror=alert(2)&gt;" in report
+    assert "&lt;/pre&gt;&lt;script&gt;alert(3)" in report
+
+
+def test_figure_text_cannot_close_its_script_element():
+    fig = go.Figure(go.Scatter(x=[1], y=[2], text=["</script><script>alert(4)</script>"]))
+    fig.update_layout(title="<!-- </script>")
+    out = figure_html("fig-x", fig)
+    assert out.count("</script>") == 1 and "<!--" not in out
+    payload = out[out.index("var f = ") + 8:out.index("; Plotly.newPlot")]
+    assert json.loads(payload)["data"][0]["text"] == ["</script><script>alert(4)</script>"]
+
+
+def test_chosen_heads_the_front_and_its_roofline_step_is_faster_than_the_modelled_one(studied):
+    data = load_study_data(studied[0], HOSTILE)
+    assert data.chosen is not None and data.front[0] == data.chosen
+    chosen = data.trial(data.chosen)
+    assert chosen.feasible and chosen.family is not None
+    modelled = sum(chosen.levels[data.target]["breakdown_ms"].values())
+    ideal = Roofline(data.config).step_ms(chosen.params, data.target)
+    assert 0 < ideal < modelled
+
+
+def _view(number: int, family: str, curve: dict[int, float]) -> TrialView:
+    return TrialView(number=number, status="ok", measured=True, params={}, label="x",
+                     family=family, levels={c: {"output_tok_s": v} for c, v in curve.items()},
+                     command="", log_excerpt="")
+
+
+def test_crossover_is_where_speculation_stops_beating_plain_decoding():
+    trials = [_view(0, "AR · TP", {1: 10, 16: 100, 128: 800}),
+              _view(1, "DFlash · TP", {1: 30, 16: 150, 128: 700}),
+              _view(2, "DDTree · EP", {1: 35, 16: 90, 128: 600})]
+    cross = crossover(envelopes(trials))
+    assert cross.levels == [1, 16, 128] and cross.stops_at == 128
+    assert cross.speedup[0] == pytest.approx(3.5)
+    assert "from concurrency 128" in cross.note
+
+
+def test_empty_study_gets_a_report_that_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    records.save_study_config(records.connect(url), "empty", {})
+    report = write_report(url, "empty", tmp_path / "r.html").read_text()
+    assert "no trials recorded yet" in report and "nothing chosen yet" in report
+    assert _figures(report) == set()
+
+
+def test_missing_db_or_study_raises_and_creates_nothing(tmp_path, studied):
+    with pytest.raises(NoResultError, match="no results DB"):
+        write_report(f"sqlite:///{tmp_path / 'absent.db'}", "x", tmp_path / "r.html")
+    assert not (tmp_path / "absent.db").exists() and not (tmp_path / "r.html").exists()
+    with pytest.raises(NoResultError, match="no study named 'typo'"):
+        write_report(studied[0], "typo", tmp_path / "r.html")
+
+
+def test_study_with_only_failures_still_reports(tmp_path):
+    # As in test_run_and_best: no H100 KV pool holds one 200K-token Kimi request.
+    url = _study(tmp_path, hardware={"gpu": "h100-sxm"}, study={"n_trials": 4},
+                 workload={"input_len": 200_000})
+    report = write_report(url, "pcie8-kimi-sglang", tmp_path / "r.html").read_text()
+    assert _figures(report) == {"failures"}
+    assert "all 4 measured trials failed" in report
+    assert "needs at least 2 successful trials" in report
+
+
+def test_nightly_history_is_read_by_reflection(tmp_path, studied):
+    """The columns tuner.nightly writes today, plus a JSON object of numbers."""
+    shutil.copy(studied[0].removeprefix("sqlite:///"), tmp_path / "results.db")
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    columns = [sa.Column("id", sa.Integer, primary_key=True), sa.Column("created_at", sa.DateTime),
+               *(sa.Column(n, sa.String) for n in ("study", "status", "config_label", "metric",
+                                                   "fingerprint_json", "message", "extra_json")),
+               *(sa.Column(n, sa.Float) for n in ("median", "mad", "baseline_median"))]
+    table = sa.Table("dflash_tune_nightly", sa.MetaData(), *columns)
+    engine = sa.create_engine(url)
+    table.create(engine)
+    rows = [{"created_at": datetime(2026, 1, d), "study": HOSTILE, "status": status,
+             "config_label": HOSTILE_PATH, "metric": "output_tok_s@128", "median": 1000.0 - d,
+             "mad": 3.0, "baseline_median": 500.0, "message": HOSTILE_LOG,
+             "fingerprint_json": json.dumps({"driver": "580.1"}), "extra_json": '{"p90": 7}'}
+            for d, status in ((1, "ok"), (2, "regression"))]
+    with engine.begin() as conn:
+        conn.execute(table.insert(), [*rows, {**rows[0], "study": "other", "median": 1.0}])
+    history = load_nightly(engine, HOSTILE)
+    assert [r["median"] for r in history.rows] == [999.0, 998.0]  # oldest first, this study
+    assert set(history.metrics) == {"median", "mad", "baseline_median", "extra.p90"}
+    report = write_report(url, HOSTILE, tmp_path / "r.html").read_text()
+    assert "nightly" in _figures(report) and "no nightly runs yet" not in report
+    assert "output_tok_s@128" in report and "extra.p90" in report
+    assert HOSTILE_PATH not in report and HOSTILE_LOG not in report
+
+
+def test_a_thousand_trial_report_is_fast_and_small(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench", REPO / "bench" / "dashboard_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    url = bench.synthetic_study(tmp_path, 1000, with_optuna=False)
+    start = time.perf_counter()
+    out = write_report(url, bench.STUDY, tmp_path / "r.html")
+    # Generous for a loaded CI machine; bench/dashboard_bench.py holds the 5 s target.
+    assert time.perf_counter() - start < 15 and out.stat().st_size < 10e6
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+
+
+def test_served_report_answers_and_picks_up_new_trials(studied):
+    url, _ = studied
+    server = make_server(url, HOSTILE, port=0, refresh_s=3600)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        status, page = _get(base + "/")
+        assert status == 200 and "&lt;script&gt;alert(1)" in page
+        assert '<meta http-equiv="refresh" content="3600">' in page
+        assert _get(base + "/etc/passwd")[0] == 404
+        _crash(url, HOSTILE, 1000, "a new failure")
+        assert "a new failure" in _get(base + "/")[1]  # the DB changed: rebuilt at once
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_report_listens_on_localhost_until_stopped(studied):
+    url = studied[0]
+    with socket.socket() as s:  # a port free a moment ago; the server takes it right away
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (f"from tuner.dashboard import serve_report\n"
+            f"serve_report({url!r}, {HOSTILE!r}, port={port})")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, status = time.monotonic() + 60, None
+        while time.monotonic() < deadline and status is None:
+            try:
+                status = _get(f"http://127.0.0.1:{port}/")[0]
+            except OSError:
+                time.sleep(0.2)
+        assert status == 200
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1]
+    assert f"http://127.0.0.1:{port}/" in err
+
+
+def test_our_tables_do_not_break_optuna_or_optuna_dashboard(studied):
+    url = studied[0]
+    study = optuna.load_study(study_name=HOSTILE, storage=url)
+    assert len(study.trials) >= 12
+    optuna_dashboard = pytest.importorskip("optuna_dashboard")
+    app = optuna_dashboard.wsgi(url)
+    listed = json.loads(_wsgi_get(app, "/api/studies"))["study_summaries"]
+    assert [s["study_name"] for s in listed] == [HOSTILE]
+    detail = json.loads(_wsgi_get(app, f"/api/studies/{listed[0]['study_id']}"))
+    assert len(detail["trials"]) == len(study.trials)
+
+
+def _wsgi_get(app, path: str) -> str:
+    environ = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.errors": io.StringIO()}
+    setup_testing_defaults(environ)
+    statuses = []
+    body = b"".join(app(environ, lambda status, headers, exc_info=None: statuses.append(status)))
+    assert statuses[0].startswith("200"), (statuses, environ["wsgi.errors"].getvalue())
+    return body.decode()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Collects uncaught errors and console.error calls into the DOM, where --dump-dom shows them.
+_ERROR_PROBE = """<script>const __errors = [], __error = console.error;
+addEventListener("error", e => __errors.push(String(e.message)));
+console.error = (...a) => { __errors.push(a.join(" ")); __error(...a); };
+addEventListener("load", () => setTimeout(() => { const p = document.createElement("pre");
+  p.id = "console-errors"; p.textContent = JSON.stringify(__errors); document.body.append(p);
+}, 500));</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium or chromium-browser on PATH")
+def test_headless_chromium_renders_every_plot_without_console_errors(studied, tmp_path):
+    _, report = studied
+    page = tmp_path / "probe.html"
+    page.write_text(report.replace("<head>", "<head>" + _ERROR_PROBE, 1))
+    result = subprocess.run(
+        [CHROMIUM, "--headless=new", "--disable-gpu", "--no-sandbox", "--enable-logging=stderr",
+         "--v=0", "--virtual-time-budget=15000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    dom = result.stdout
+    errors = re.search(r'<pre id="console-errors">(.*?)</pre>', dom)
+    assert errors, result.stderr[-2000:]
+    assert json.loads(errors.group(1).replace("&quot;", '"')) == []
+    assert "Uncaught" not in result.stderr
+    for anchor in _figures(report):
+        block = dom[dom.index(f'id="fig-{anchor}"'):]
+        assert 'class="main-svg"' in block[:20000], anchor
+
+
+def test_dashboard_command_writes_the_report_and_prints_its_path(tmp_path):
+    from cli_helpers import cli
+
+    config = write_config(tmp_path, study={"n_trials": 4})
+    assert cli("run", "-c", str(config), cwd=tmp_path).returncode == 0
+    run = cli("dashboard", "-c", str(config), "--out", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(tmp_path / "r.html")
+    assert "plotly" in (tmp_path / "r.html").read_text()

@@ -1,0 +1,128 @@
+"""``serve_report``: the report over HTTP, rebuilt when the study changes or gets old.
+
+The stdlib server is enough: one page for a handful of readers. The page reloads itself every
+``refresh_s`` seconds; a reload rebuilds the report only when the DB changed (new trials, a
+nightly run) or the cached copy is ``refresh_s`` old, so idle readers cost one cheap query.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from dataclasses import field
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+import sqlalchemy as sa
+
+from tuner import records
+from tuner import render
+from tuner.dashboard.nightly import TABLE as NIGHTLY_TABLE
+from tuner.dashboard.page import esc
+from tuner.dashboard.report import build_report
+
+
+@dataclass(slots=True)
+class ReportCache:
+    storage_url: str
+    study: str
+    refresh_s: int
+    engine: sa.Engine
+    html: bytes = b""
+    fingerprint: tuple[Any, ...] = ()
+    built_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def primed(cls, storage_url: str, study: str, refresh_s: int) -> ReportCache:
+        """Built once, letting errors out: building first also checks that the DB exists
+        before ``connect`` could create an empty one."""
+        text = build_report(storage_url, study, refresh_s)
+        cache = cls(storage_url, study, refresh_s, records.connect(storage_url))
+        cache.html, cache.built_at = text.encode(), time.monotonic()
+        cache.fingerprint = cache._fingerprint()
+        return cache
+
+    def current(self) -> bytes:
+        with self.lock:  # one rebuild at a time; readers meanwhile wait for it
+            try:
+                seen = self._fingerprint()
+            except sa.exc.SQLAlchemyError:  # locked by a writer: judge by age alone this time
+                seen = self.fingerprint
+            stale = time.monotonic() - self.built_at >= self.refresh_s
+            if not self.html or stale or seen != self.fingerprint:
+                self._rebuild(seen)
+            return self.html
+
+    def _rebuild(self, seen: tuple[Any, ...]) -> None:
+        try:
+            text = build_report(self.storage_url, self.study, self.refresh_s)
+        except Exception as err:  # a locked DB, a study mid-write: keep serving the last copy
+            render.note(f"dashboard: rebuilding the report failed ({err}); serving the last one",
+                        "yellow")
+            if not self.html:
+                self.html = _error_page(str(err), self.refresh_s)
+            return
+        self.html, self.fingerprint, self.built_at = text.encode(), seen, time.monotonic()
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        """Changes whenever a trial, a measurement, the study config or a nightly run is added."""
+        t, m, s = records.trials, records.measurements, records.studies
+        queries = [sa.select(sa.func.count(), sa.func.max(t.c.id)).where(t.c.study == self.study),
+                   sa.select(sa.func.max(m.c.id)).where(m.c.study == self.study),
+                   sa.select(s.c.updated_at).where(s.c.name == self.study)]
+        with self.engine.connect() as conn:
+            seen = [tuple(conn.execute(q).first() or ()) for q in queries]
+            if sa.inspect(conn).has_table(NIGHTLY_TABLE):
+                count = sa.text(f"SELECT COUNT(*) FROM {NIGHTLY_TABLE}")
+                seen.append(conn.execute(count).scalar())
+        return tuple(seen)
+
+
+def make_server(storage_url: str, study: str, host: str = "127.0.0.1", port: int = 8050,
+                refresh_s: int = 30) -> ThreadingHTTPServer:
+    """A server for the report, not yet serving; the report is built once first, so a missing
+    DB or study raises NoResultError here. ``port=0`` picks a free port
+    (``server.server_address`` says which)."""
+    cache = ReportCache.primed(storage_url, study, max(1, refresh_s))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] not in ("/", "/index.html"):
+                self.send_error(404)
+                return
+            body = cache.current()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:  # one line per reload would drown the console
+            pass
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def serve_report(storage_url: str, study: str, host: str = "127.0.0.1", port: int = 8050,
+                 refresh_s: int = 30) -> None:
+    """Serve the report at http://host:port/ until interrupted (Ctrl-C returns normally)."""
+    server = make_server(storage_url, study, host, port, refresh_s)
+    bound_host, bound_port = server.server_address[:2]
+    render.note(f"serving the report of {study!r} on http://{bound_host}:{bound_port}/ "
+                f"(refreshes every {refresh_s}s; Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def _error_page(message: str, refresh_s: int) -> bytes:
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="refresh" '
+            f'content="{refresh_s}"><title>dflash-tune report</title></head><body>'
+            f"<p>The report could not be built: {esc(message)}</p></body></html>").encode()
