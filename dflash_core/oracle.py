@@ -57,7 +57,16 @@ class OracleProposer:
         truth = truth_table[:batch].gather(1, index.clamp_max(truth_table.shape[1] - 1))  # [B, L]
         noise = torch.randn(batch, depth, self.vocab_size, generator=generator,
                             device=truth.device)
-        return _place(noise, truth, self._ranks(batch, depth, generator))
+        ranks = self._ranks(batch, depth, generator)
+        return _place(noise, truth, ranks, self._confidence(depth, truth.device))
+
+    def _confidence(self, depth: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Calibrated draft probabilities of the rank-0 and rank-1 tokens per depth: a drafter
+        that is right 86% of the time puts ~0.86 on its first choice, which is what makes the
+        DDTree surrogate (products of these) shape the tree as a real drafter would."""
+        top1 = torch.tensor(self.profile.top1[:depth], device=device).clamp(0.02, 0.98)
+        second = torch.tensor(self.profile.second[:depth], device=device)
+        return top1, torch.minimum(second.clamp_min(0.01), top1 * 0.9)
 
     def _state(self, device: torch.device) -> tuple[Tensor, torch.Generator]:
         if self._device_state is None:
@@ -75,11 +84,22 @@ class OracleProposer:
         return (u >= top1).long() + (u >= second).long()  # [B, L]: 0, 1 or 2 (= last)
 
 
-def _place(noise: Tensor, truth: Tensor, ranks: Tensor) -> Tensor:
-    """Set the true token's logit so it sits at rank 0, 1 or last among the noise."""
-    others = noise.scatter(-1, truth[..., None], float("-inf"))  # [B, L, V]
-    top2 = others.topk(2, dim=-1).values  # [B, L, 2]
-    lowest = noise.min(-1).values - 1.0
-    value = torch.stack([top2[..., 0] + 1.0, top2.mean(-1), lowest], dim=-1)  # [B, L, 3]
-    chosen = value.gather(-1, ranks[..., None])  # [B, L, 1]
-    return noise.scatter(-1, truth[..., None], chosen)
+def _place(noise: Tensor, truth: Tensor, ranks: Tensor,
+           confidence: tuple[Tensor, Tensor]) -> Tensor:
+    """Logits whose softmax gives the rank-0 token `top1`, the rank-1 token `second` and every
+    other token an equal share of the rest; the true token sits at its drawn rank (0, 1 or
+    below everything). Decoys fill the ranks the truth does not take. noise: [B, L, V]."""
+    top1, second = confidence  # [L] each
+    vocab = noise.shape[-1]
+    rest = (1 - top1 - second).clamp_min(1e-3) / max(vocab - 2, 1)  # [L]
+    decoys = noise.scatter(-1, truth[..., None], float("-inf")).topk(2, dim=-1).indices
+    first = torch.where(ranks == 0, truth, decoys[..., 0])  # [B, L]
+    # Rank 1 goes to the truth, else to the first decoy not already ranked first.
+    spare = decoys.gather(-1, (ranks == 2).long()[..., None])[..., 0]  # [B, L]
+    runner_up = torch.where(ranks == 1, truth, spare)
+    probs = rest[None, :, None].expand_as(noise).clone()  # [B, L, V]
+    probs.scatter_(-1, first[..., None], top1.expand_as(first)[..., None])
+    probs.scatter_(-1, runner_up[..., None], second.expand_as(first)[..., None])
+    last = (ranks == 2)[..., None] & (torch.arange(vocab, device=noise.device) == truth[..., None])
+    probs = torch.where(last, probs / 2, probs)  # below every other token
+    return probs.log() + 1e-3 * noise  # the noise only orders the equal-share tokens

@@ -1,0 +1,200 @@
+"""dflash_core engine benchmark: does verify cost what the roofline says, and what do DFlash and
+DDTree buy end to end? One script for every check; a short table on stdout, JSON with --json.
+
+1. Copy bandwidth of the device (the roofline's denominator).
+2. Verify cost vs tree size: one target forward over N nodes per request after a cached prefix
+   of C tokens, for each (context, batch, N), relative to the N = 1 decode step, with the bytes
+   it must move (weights + prefix KV, read once) over its time as achieved bandwidth.
+3. End to end at batch 1: plain decoding vs DFlash vs DDTree with the oracle proposer at a set
+   acceptance profile (default: per-depth top-1 0.86 at block 16, mean acceptance ~6.5, the
+   published Qwen3-8B block-16 level), so speedups need no trained weights.
+
+Model shapes come from a config with random weights (speed does not depend on the values):
+`tiny` (CPU, CI), `qwen3-8b`, `qwen3-30b-a3b`. Eager mode only: CUDA graphs are issue 4's next
+step, and this harness is where their effect will be measured.
+
+    python bench/engine_bench.py --shapes tiny                       # CPU, seconds
+    python bench/engine_bench.py --shapes qwen3-8b --device cuda --dtype bfloat16 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from dflash_core import (
+    AcceptanceProfile,
+    Engine,
+    EngineConfig,
+    ModelConfig,
+    OracleProposer,
+    SamplingParams,
+    Spec,
+    Target,
+)
+from dflash_core.step import Step
+from dflash_core.tree import chain_tree
+
+SHAPES = {
+    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16),
+    "qwen3-8b": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288,
+                     num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128),
+    "qwen3-30b-a3b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                          head_dim=128, num_experts=128, num_experts_per_tok=8,
+                          moe_intermediate_size=768),
+}
+QUICK = dict(contexts=[64, 128], batches=[1, 2], nodes=[1, 4, 8, 16], tokens=160, block=8)
+FULL = dict(contexts=[1024, 4096, 16384], batches=[1, 4, 16], nodes=[1, 8, 16, 32, 64, 128, 256],
+            tokens=256, block=16)
+
+
+def build_target(shape: str, device: str, dtype: torch.dtype) -> Target:
+    torch.manual_seed(0)
+    with torch.device(device):
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # allocate in the target dtype: an fp32 8B would not fit
+        try:
+            target = Target(ModelConfig(**SHAPES[shape])).eval()
+        finally:
+            torch.set_default_dtype(previous)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.normal_(0, 0.02)
+    return target
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str, repeats: int = 5) -> float:
+    """Median seconds of fn() after one warm-up."""
+    fn()
+    sync(device)
+    samples = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        sync(device)
+        samples.append(time.perf_counter() - began)
+    return statistics.median(samples)
+
+
+def copy_bandwidth(device: str) -> float:
+    """GB/s of a device-to-device copy (read + write)."""
+    n = 64 * 2**20 if device.startswith("cuda") else 8 * 2**20
+    src = torch.empty(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    seconds = timed(lambda: dst.copy_(src), device)
+    return 2 * src.numel() * src.element_size() / seconds / 1e9
+
+
+@torch.inference_mode()
+def verify_cost(target: Target, contexts, batches, nodes, device: str) -> list[dict]:
+    cfg = target.config
+    weight_bytes = sum(p.numel() * p.element_size() for p in target.parameters())
+    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * \
+        target.lm_head.weight.element_size()
+    rows = []
+    for context in contexts:
+        for batch in batches:
+            cache = target.allocate_cache(batch, context + max(nodes))
+            decode = None
+            for n in nodes:
+                def forward(cache=cache, batch=batch, context=context, n=n) -> None:
+                    _verify(target, cache, batch, context, n, device)
+
+                seconds = timed(forward, device)
+                decode = decode or seconds
+                moved = weight_bytes + batch * context * kv_per_token
+                rows.append({"context": context, "batch": batch, "nodes": n,
+                             "ms": round(seconds * 1e3, 3), "vs_decode": round(seconds / decode, 3),
+                             "achieved_gb_s": round(moved / seconds / 1e9, 1)})
+    return rows
+
+
+def _verify(target: Target, cache, batch: int, context: int, n: int, device: str) -> None:
+    starts = torch.full((batch,), context, dtype=torch.long, device=device)
+    anchors = torch.zeros(batch, dtype=torch.long, device=device)
+    tree = chain_tree(anchors, torch.ones(batch, n - 1, dtype=torch.long, device=device))
+    step = Step(starts[:, None] + tree.depths, starts[:, None] + torch.arange(n, device=device),
+                starts, context, tree.mask)
+    hidden, _ = target(tree.tokens, step, cache)
+    target.logits(hidden)
+
+
+@torch.inference_mode()
+def end_to_end(target: Target, context: int, tokens: int, block: int, top1: float,
+               device: str) -> list[dict]:
+    prompt = [[int(t) for t in torch.randint(1, 500, (context,))]]
+    config = EngineConfig(max_batch=1, max_context=context + tokens + block + 2,
+                          max_tree_nodes=65)
+    plain = Engine(target, None, config)
+    plain.generate(prompt, SamplingParams(max_tokens=4))  # warm-up
+    reference = plain.generate(prompt, SamplingParams(max_tokens=tokens + block))
+    oracle = OracleProposer([prompt[0] + reference.tokens[0]], target.config.vocab_size, block,
+                            AcceptanceProfile.constant(block - 1, top1, (1 - top1) / 2))
+    engine = Engine(target, oracle, config)
+    sampling = SamplingParams(max_tokens=tokens)
+    runs = {"plain": (plain, Spec.none()), f"dflash b{block}": (engine, Spec.dflash(block))}
+    runs |= {f"ddtree b{block} budget {b}": (engine, Spec.ddtree(block, b)) for b in (16, 32, 64)}
+    rows, base = [], None
+    for name, (eng, spec) in runs.items():
+        eng.generate(prompt, SamplingParams(max_tokens=8), spec)  # warm-up
+        sync(device)
+        result = eng.generate(prompt, sampling, spec)
+        base = base or result.stats.tokens_per_s
+        stages = {k: round(v / max(result.stats.rounds, 1) * 1e3, 3)
+                  for k, v in result.stats.stage_s.items() if k != "prefill"}
+        rows.append({"method": name, "tok_s": round(result.stats.tokens_per_s, 1),
+                     "speedup": round(result.stats.tokens_per_s / base, 2),
+                     "tau": round(result.stats.mean_acceptance, 2), "ms_per_round": stages})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", choices=sorted(SHAPES), default="tiny")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    parser.add_argument("--top1", type=float, default=0.86)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    plan = QUICK if args.shapes == "tiny" else FULL
+    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device != "cpu" else "float32"))
+    target = build_target(args.shapes, args.device, dtype)
+    result = {"shapes": args.shapes, "device": args.device, "dtype": str(dtype),
+              "copy_gb_s": round(copy_bandwidth(args.device), 1),
+              "verify": verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
+                                    args.device),
+              "end_to_end": end_to_end(target, plan["contexts"][0], plan["tokens"],
+                                       plan["block"], args.top1, args.device)}
+    print_tables(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+def print_tables(result: dict) -> None:
+    print(f"{result['shapes']} on {result['device']} ({result['dtype']}), "
+          f"copy bandwidth {result['copy_gb_s']} GB/s")
+    print("\ncontext batch nodes      ms  vs_decode  GB/s(weights+KV once)")
+    for r in result["verify"]:
+        print(f"{r['context']:>7} {r['batch']:>5} {r['nodes']:>5} {r['ms']:>8} {r['vs_decode']:>9} "
+              f"{r['achieved_gb_s']:>8}")
+    print("\nmethod                       tok/s  speedup   tau  ms per round (draft/build/verify/commit)")
+    for r in result["end_to_end"]:
+        stages = "/".join(str(r["ms_per_round"][k]) for k in ("draft", "build", "verify", "commit"))
+        print(f"{r['method']:<26} {r['tok_s']:>8} {r['speedup']:>7} {r['tau']:>6}  {stages}")
+
+
+if __name__ == "__main__":
+    main()
