@@ -66,10 +66,8 @@ class InProcessBackend(Backend):
         if launch.speculative and drafter is None:
             raise ValueError("speculation needs a drafter (deployment has none)")
         block = launch.speculative_dflash_block_size
-        spec = (Spec.none() if not launch.speculative else Spec.dflash(block)
-                if not launch.is_ddtree else
-                Spec.ddtree(block, launch.speculative_ddtree_budget,
-                            launch.speculative_ddtree_topk, launch.tree_depth))
+        spec = Spec.of(launch.speculative_algorithm, block, launch.speculative_ddtree_budget,
+                       launch.speculative_ddtree_topk, launch.tree_depth)
         config = EngineConfig(max_batch=launch.max_running_requests,
                               max_context=workload.input_len + workload.output_len + 1,
                               max_tree_nodes=spec.num_nodes)

@@ -69,6 +69,19 @@ class Spec:
                spine: bool = False) -> Spec:
         return cls("ddtree", block_size, budget, width, depth, spine)
 
+    @classmethod
+    def of(cls, method: str, block_size: int, budget: int = 0, width: int = 0, depth: int = 0,
+           spine: bool = False) -> Spec:
+        """From a method name (CLI options, launch parameters); fields the method does not use
+        are dropped rather than carried along."""
+        if method == "none":
+            return cls.none()
+        if method == "dflash":
+            return cls.dflash(block_size)
+        if method == "ddtree":
+            return cls.ddtree(block_size, budget, width, depth, spine)
+        raise ValueError(f"spec method must be one of {METHODS}, got {method!r}")
+
     @property
     def draft_len(self) -> int:
         """Drafted positions per round (L = block_size - 1)."""
@@ -84,3 +97,12 @@ class Spec:
     def num_nodes(self) -> int:
         """Tokens per request in one verify forward (root included)."""
         return self.budget + 1 if self.method == "ddtree" else self.draft_len + 1
+
+
+def spec_for(method: str, trained_block: int | None, block_size: int | None = None,
+             budget: int = 0, width: int = 0, depth: int = 0, spine: bool = False) -> Spec:
+    """A Spec for a drafter trained at `trained_block` (None: no drafter); the block size
+    defaults to the trained one."""
+    if method != "none" and trained_block is None:
+        raise ValueError(f"method {method!r} needs a drafter")
+    return Spec.of(method, block_size or trained_block or 1, budget, width, depth, spine)

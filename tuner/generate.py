@@ -59,6 +59,7 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
         load_drafter,
         load_target,
     )
+    from dflash_core.spec import spec_for
 
     dtype = getattr(torch, req.dtype)
     target = load_target(req.target, dtype, req.device)
@@ -68,7 +69,8 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     prompts += [_parse_ids(text) for text in req.prompt_ids]
     if not prompts:
         raise TunerError("give at least one --prompt or --prompt-ids")
-    spec = _spec(req, drafter)
+    spec = spec_for(req.method, drafter.config.block_size if drafter else None, req.block_size,
+                    req.budget, req.width, req.depth, req.spine)
     sampling = SamplingParams(**req.sampling)
     nodes = max(spec.num_nodes, drafter.config.block_size if drafter else 1)
     config = EngineConfig(max_batch=len(prompts),
@@ -78,26 +80,13 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off allocation costs
     runs = {spec.method: engine.generate(prompts, sampling, spec)}
     if compare and spec.method != "none":
-        runs["none"] = engine.generate(prompts, sampling, type(spec).none())
+        runs["none"] = engine.generate(prompts, sampling, spec_for("none", None))
     tokens = runs[spec.method].tokens
     same = runs["none"].tokens == tokens if "none" in runs and len(runs) > 1 else None
     # One line per prompt: decoded text as a JSON string (it may hold newlines), else the ids.
     texts = [json.dumps(tokenizer.decode(t)) if tokenizer else " ".join(map(str, t))
              for t in tokens]
     return GenerateReport(texts, runs, same)
-
-
-def _spec(req: GenerateRequest, drafter: Any):
-    from dflash_core import Spec
-
-    if req.method == "none":
-        return Spec.none()
-    if drafter is None:
-        raise TunerError(f"--method {req.method} needs --drafter")
-    block = req.block_size or drafter.config.block_size
-    if req.method == "dflash":
-        return Spec.dflash(block)
-    return Spec.ddtree(block, req.budget, req.width, req.depth, req.spine)
 
 
 def _parse_ids(text: str) -> list[int]:

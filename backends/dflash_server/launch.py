@@ -39,13 +39,16 @@ def build(options: ServeOptions):
 
     from backends.dflash_server.app import ServerInfo
     from backends.dflash_server.loop import EngineLoop
-    from dflash_core import DFlashProposer, Engine, EngineConfig, Spec, load_drafter, load_target
+    from dflash_core import DFlashProposer, Engine, EngineConfig, load_drafter, load_target
+    from dflash_core.spec import spec_for
 
     dtype = getattr(torch, options.dtype)
     target = load_target(options.target, dtype, options.device)
     drafter = (load_drafter(options.drafter, target.config, dtype, options.device)
                if options.drafter else None)
-    spec = _spec(options, drafter, Spec)
+    spec = spec_for(options.method, drafter.config.block_size if drafter else None,
+                    options.block_size, options.budget, options.width, options.depth,
+                    options.spine)
     config = EngineConfig(max_batch=options.max_running_requests,
                           max_context=options.max_context, max_tree_nodes=spec.num_nodes)
     engine = Engine(target, DFlashProposer(drafter, target) if drafter else None, config)
@@ -61,17 +64,6 @@ def build(options: ServeOptions):
                       {k: str(v) if isinstance(v, Path) else v
                        for k, v in asdict(options).items()})
     return EngineLoop(engine, spec, options.seed), info
-
-
-def _spec(options: ServeOptions, drafter, Spec):
-    if options.method == "none":
-        return Spec.none()
-    if drafter is None:
-        raise ValueError(f"--method {options.method} needs --drafter")
-    block = options.block_size or drafter.config.block_size
-    if options.method == "dflash":
-        return Spec.dflash(block)
-    return Spec.ddtree(block, options.budget, options.width, options.depth, options.spine)
 
 
 def serve(options: ServeOptions) -> None:

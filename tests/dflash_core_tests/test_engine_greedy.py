@@ -119,3 +119,16 @@ def test_cuda_engine_produces_the_cpu_tokens(spec):
     engine = make_engine(target, DFlashProposer(make_drafter().cuda(), target))
     cpu = make_engine(make_target()).generate(PROMPTS, GREEDY, Spec.none())
     assert engine.generate(PROMPTS, GREEDY, spec).tokens == cpu.tokens
+
+
+def test_spec_from_a_method_name_keeps_only_what_the_method_uses():
+    from dflash_core.spec import spec_for
+
+    assert Spec.of("dflash", 8, budget=32) == Spec.dflash(8)
+    assert Spec.of("ddtree", 8, 32, 4, 5, True) == Spec.ddtree(8, 32, 4, 5, True)
+    assert spec_for("ddtree", 8, None, 16) == Spec.ddtree(8, 16)  # the trained block
+    assert spec_for("none", None) == Spec.none()
+    with pytest.raises(ValueError, match="needs a drafter"):
+        spec_for("dflash", None)
+    with pytest.raises(ValueError, match="one of"):
+        Spec.of("eagle", 8)

@@ -37,7 +37,7 @@ def test_generate_prints_the_engine_tokens_and_the_acceptance_table(checkpoints,
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--method", "dflash"], "needs --drafter"),
+    (["--method", "dflash"], "needs a drafter"),
     (["--prompt", "hello"], "tokenizer"),
     (["--prompt-ids", "1,x"], "integers"),
 ])
