@@ -60,14 +60,14 @@ class InProcessBackend(Backend):
                 for c in workload.concurrency]
 
     def _engine(self, launch: LaunchParams, workload: Workload):
-        from dflash_core import DFlashProposer, Engine, EngineConfig, Spec
+        from dflash_core import DFlashProposer, Engine, EngineConfig
+        from dflash_core.spec import spec_for
 
         target, drafter = self._load()
-        if launch.speculative and drafter is None:
-            raise ValueError("speculation needs a drafter (deployment has none)")
-        block = launch.speculative_dflash_block_size
-        spec = Spec.of(launch.speculative_algorithm, block, launch.speculative_ddtree_budget,
-                       launch.speculative_ddtree_topk, launch.tree_depth)
+        spec = spec_for(launch.speculative_algorithm,
+                        drafter.config.block_size if drafter else None,
+                        launch.speculative_dflash_block_size, launch.speculative_ddtree_budget,
+                        launch.speculative_ddtree_topk, launch.tree_depth)
         config = EngineConfig(max_batch=launch.max_running_requests,
                               max_context=workload.input_len + workload.output_len + 1,
                               max_tree_nodes=spec.num_nodes)

@@ -19,19 +19,12 @@ from pathlib import Path
 
 import torch
 
-from dflash_core import DFlashProposer, SamplingParams, Spec
+from dflash_core import SamplingParams, Spec
+from dflash_core.oracle import MaskedAnchorProposer
 from dflash_core.training.evaluate import held_out_prompts, load_pair, pair_engine
 from dflash_core.training.pair import default_pair_dir, ensure_pair
 
 BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-class MaskedAnchor(DFlashProposer):
-    """The known porting bug: every block slot holds MASK, the real anchor is dropped."""
-
-    def propose(self, draft):
-        draft.anchors = torch.full_like(draft.anchors, self.drafter.config.mask_token_id)
-        return super().propose(draft)
 
 
 def run(pair: Path, max_tokens: int) -> dict:
@@ -49,7 +42,7 @@ def run(pair: Path, max_tokens: int) -> dict:
                   engine.generate(prompts, greedy, Spec.ddtree(block, b, spine=spine)))
                  for b in BUDGETS]
     masked = pair_engine(target, drafter, prompts, max_tokens)
-    masked.proposer = MaskedAnchor(drafter, target)
+    masked.proposer = MaskedAnchorProposer(drafter, target)
     rows.append((f"dflash bs={block}, MASK in slot 0", masked.generate(prompts, greedy,
                                                                         Spec.dflash(block))))
     return {"rows": [_row(name, g, plain) for name, g in rows], "prompts": len(prompts),

@@ -68,7 +68,8 @@ async def _generate(request: Request, loop: EngineLoop, info: ServerInfo, chat: 
     try:
         body = await request.json()
         prompt = _chat_prompt(body, info) if chat else _prompt(body, info)
-        sampling = _sampling(body, info, len(prompt))
+        loop.engine.check_prompts([prompt])  # here, not on the engine thread, which serves all
+        sampling = _sampling(body, info)
     except (BadRequest, ValueError, TypeError, json.JSONDecodeError) as error:
         return JSONResponse({"error": {"message": str(error), "type": "invalid_request_error"}},
                             status_code=400)
@@ -104,10 +105,8 @@ def _chat_prompt(body: dict, info: ServerInfo) -> list[int]:
     return info.tokenizer.encode(text + "<|assistant|>\n").ids
 
 
-def _sampling(body: dict, info: ServerInfo, prompt_len: int) -> SamplingParams:
+def _sampling(body: dict, info: ServerInfo) -> SamplingParams:
     max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-    if prompt_len + 1 > info.max_context:
-        raise BadRequest(f"prompt of {prompt_len} tokens exceeds the context {info.max_context}")
     stops = tuple(int(t) for t in body.get("stop_token_ids") or ())
     if info.eos_token_id is not None and not body.get("ignore_eos"):
         stops += (info.eos_token_id,)

@@ -100,6 +100,9 @@ def test_chat_health_models_and_bad_requests(server):
     assert client.post("/v1/completions", json={"prompt": []}).status_code == 400
     assert client.post("/v1/completions", json={"prompt": [1] * 300}).status_code == 400
     assert client.post("/v1/chat/completions", json={"messages": "x"}).status_code == 400
+    bad_id = client.post("/v1/completions", json={"prompt": [1, 10**6]})
+    assert bad_id.status_code == 400 and "token ids" in bad_id.text
+    assert client.get("/health").json() == {"status": "ok"}  # the engine thread lives on
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_row(server):

@@ -10,33 +10,26 @@ import shlex
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Callable
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import cli
-from cli_helpers import write_config
+from cli_helpers import cli, write_config
 
-from backends import Backend
-from backends import FailureClass
-from backends import Measurement
-from backends import Workload
+from backends import Backend, FailureClass, Measurement, Workload
 from tuner import records
 from tuner.best import find_best
-from tuner.config import Config
-from tuner.config import load_config
+from tuner.config import Config, load_config
 from tuner.nightly import run_nightly
-from tuner.nightly.compare import Reference
-from tuner.nightly.compare import judge
-from tuner.nightly.compare import median
-from tuner.nightly.compare import reference_from_runs
-from tuner.nightly.compare import relative_noise
-from tuner.nightly.plan import config_key
-from tuner.nightly.plan import neighbours
-from tuner.nightly.plan import plan
+from tuner.nightly.compare import (
+    Reference,
+    flag_rate,
+    judge,
+    relative_noise,
+)
+from tuner.nightly.plan import config_key, neighbours, plan
 from tuner.runner import run_study
 from tuner.wiring import backend_from
 
@@ -344,30 +337,13 @@ def test_rule_tolerance_follows_the_standard_error_of_medians():
     assert tolerance == pytest.approx(0.0713, abs=1e-4)
 
 
-def _flag_rate(drop: float, history_runs: int, nights: int = 3000) -> float:
-    """How often the rule flags a true ``drop`` under 3% noise, 5 repeats (incumbent and
-    baseline), against the study's exact number or the median of earlier noisy runs."""
-    rng = random.Random(1)
-
-    def run(level: float) -> list[float]:
-        return [level * (1 + rng.gauss(0, 0.03)) for _ in range(5)]
-
-    flags = 0
-    for _ in range(nights):
-        today, baseline = run(1 - drop), run(1.0)
-        earlier = [(median(run(1.0)), 5) for _ in range(history_runs)]
-        ref = reference_from_runs(earlier, "runs") or Reference(1.0, None, "study")
-        flags += judge(today, ref, relative_noise([today, baseline]), 0.05, 3.0).regressed
-    return flags / nights
-
-
 @pytest.mark.parametrize("history_runs", [0, 3, 5])
 def test_rule_error_rates_for_ten_and_two_percent_under_three_percent_noise(history_runs):
-    assert _flag_rate(0.10, history_runs) > 0.95  # 0.97-0.99
+    assert flag_rate(0.10, history_runs) > 0.95  # 0.97-0.99
     # 0.02-0.05: the 5% floor is 3% above a 2% change, under two standard errors of a median
     # of 5 at 3% noise; only more repeats (or a higher threshold) make such nights rarer.
-    assert _flag_rate(0.02, history_runs) < 0.06
-    assert _flag_rate(0.0, history_runs) < 0.01
+    assert flag_rate(0.02, history_runs) < 0.06
+    assert flag_rate(0.0, history_runs) < 0.01
 
 
 def test_noise_is_pooled_over_configurations_with_three_or_more_repeats():

@@ -26,6 +26,7 @@ not fail the job. Numbers for the default settings are in docs/NIGHTLY.md.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,3 +108,23 @@ def beats(challenger: Sequence[float], incumbent: Sequence[float], noise: float,
     """The challenger against the incumbent, both measured today; ``.improved`` = it wins."""
     reference = Reference(median(incumbent), len(incumbent), "the incumbent today")
     return judge(challenger, reference, noise, threshold, k)
+
+
+def flag_rate(drop: float, history_runs: int, nights: int = 3000, noise: float = 0.03,
+              repeats: int = 5, threshold: float = 0.05, k: float = 3.0, seed: int = 1) -> float:
+    """How often the rule flags a true relative ``drop`` (simulated, seeded): each night the
+    incumbent and the baseline get ``repeats`` values with Gaussian ``noise``, judged against the
+    study's exact number (``history_runs`` = 0) or the median of that many earlier noisy runs.
+    What `bench/nightly_rule_bench.py` tabulates and the tests bound."""
+    rng = random.Random(seed)
+
+    def run(level: float) -> list[float]:
+        return [level * (1 + rng.gauss(0, noise)) for _ in range(repeats)]
+
+    flags = 0
+    for _ in range(nights):
+        today, baseline = run(1 - drop), run(1.0)
+        earlier = [(median(run(1.0)), repeats) for _ in range(history_runs)]
+        reference = reference_from_runs(earlier, "runs") or Reference(1.0, None, "study")
+        flags += judge(today, reference, relative_noise([today, baseline]), threshold, k).regressed
+    return flags / nights
