@@ -41,12 +41,29 @@ def _inprocess_backend(deployment: Deployment, **options) -> Backend:
     return InProcessBackend(deployment, **options)
 
 
+def _simulated_backend(deployment: Deployment, efficiency=None, simulation=None,
+                       truth_efficiency=None, truth_acceptance=None) -> Backend:
+    """The performance model as hidden truth (its own constants and acceptance when given),
+    measured with noise and launch cost."""
+    from dataclasses import replace
+
+    from backends.perf_model import PerfModelBackend
+    from backends.simulated import Simulation, SimulatedBackend
+
+    if truth_acceptance is not None and deployment.drafter is not None:
+        drafter = replace(deployment.drafter, acceptance=tuple(truth_acceptance))
+        deployment = replace(deployment, drafter=drafter)
+    truth = PerfModelBackend(deployment, truth_efficiency or efficiency)
+    return SimulatedBackend(truth, simulation or Simulation())
+
+
 BACKENDS: dict[str, Callable[..., Backend]] = {
     "model": _model_backend,
     "sglang": _server_backend("sglang"),
     "vllm": _server_backend("vllm"),
     "serve": _server_backend("serve"),
     "inprocess": _inprocess_backend,
+    "simulated": _simulated_backend,
 }
 
 

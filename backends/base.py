@@ -9,12 +9,18 @@ study can learn from it instead of dying.
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
+from collections.abc import Iterator
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import ClassVar
+
+if TYPE_CHECKING:
+    from backends.session import Session
 
 
 class FailureClass(str, enum.Enum):
@@ -111,3 +117,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
         """Measure ``params`` at every concurrency level of ``workload``."""
+
+    @contextlib.contextmanager
+    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
+        """One launch of ``params`` to measure level by level (see :mod:`backends.session`);
+        raises LaunchFailed when it cannot come up. This fallback runs ``measure`` per level;
+        backends with a launch worth keeping override it."""
+        from backends.session import PerLevelSession
+
+        yield PerLevelSession(self, params, workload)

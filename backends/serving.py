@@ -8,16 +8,24 @@ torn down (see `backends.server.launched`), including on Ctrl-C, which still pro
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, ClassVar
 
+import httpx
+
 from backends.base import Backend, FailureClass, Measurement, Workload
 from backends.deployment import Deployment
+from backends.drain import wait_drained
 from backends.flags import UnsupportedParams, render_command, render_env
 from backends.launch_params import InvalidParams, LaunchParams
+from backends.loadgen import LoadSpec, run_load
 from backends.prompts import held_out_prompts, random_prompts
-from backends.server import ServerError, ServerSpec, free_port, launched
+from backends.server import RunningServer, ServerError, ServerSpec, free_port, launched
+from backends.session import LaunchFailed, Session
 
 
 class ServerBackend(Backend):
@@ -44,23 +52,32 @@ class ServerBackend(Backend):
 
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
         try:
+            with self.session(params, workload) as session:
+                return [session.measure(c) for c in workload.concurrency]
+        except LaunchFailed as error:
+            return _failed(workload, error.failure, error.log_excerpt)
+
+    @contextlib.contextmanager
+    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
+        try:
             launch = LaunchParams.from_params(params)
             port = free_port(self.deployment.target.host)
             argv = self.executable(self._argv(launch, port))
             env = self.env(params)
         except UnsupportedParams as error:
-            return _failed(workload, FailureClass.UNSUPPORTED, str(error))
+            raise LaunchFailed(FailureClass.UNSUPPORTED, str(error)) from error
         except InvalidParams as error:
-            return _failed(workload, FailureClass.INVALID_CONFIG, str(error))
+            raise LaunchFailed(FailureClass.INVALID_CONFIG, str(error)) from error
         spec = ServerSpec(argv, port, self.deployment.target.host, env, self.health_paths,
                           self.start_timeout_s)
+        began = time.perf_counter()
         try:
             with launched(spec) as server:
-                rows = self._load(server.base_url, workload)
-                server.check()  # a server that died under load is a crash, not slow numbers
-                return rows
+                session = _ServerSession(self, server, workload)
+                session.clock.launch_s = time.perf_counter() - began
+                yield session
         except ServerError as error:
-            return _failed(workload, error.failure, error.log_excerpt)
+            raise LaunchFailed(error.failure, error.log_excerpt) from error
 
     def executable(self, argv: list[str]) -> list[str]:
         """The argv to run here (the emitted command may name a console script)."""
@@ -76,16 +93,56 @@ class ServerBackend(Backend):
         return render_command(self.engine, params, target, self.deployment.engine_version,
                               self.deployment.flag_overrides)
 
-    def _load(self, base_url: str, workload: Workload) -> list[Measurement]:
-        from backends.loadgen import LoadSpec, run_load
-
-        return run_load(LoadSpec(
+    def load_spec(self, base_url: str, workload: Workload, concurrency: int,
+                  requests: int | None) -> LoadSpec:
+        return LoadSpec(
             base_url=base_url, model=self.deployment.target.model_path,
             prompts=self.prompts(workload), output_len=workload.output_len,
-            concurrency_levels=tuple(workload.concurrency),
-            requests_per_level=self.requests_per_level, warmup_requests=self.warmup_requests,
-            temperature=workload.temperature, timeout_s=self.timeout_s,
-            metrics_flavor=self.metrics_flavor))
+            concurrency_levels=(concurrency,),
+            requests_per_level=requests or self.requests_per_level,
+            warmup_requests=self.warmup_requests, temperature=workload.temperature,
+            timeout_s=self.timeout_s, metrics_flavor=self.metrics_flavor)
+
+
+class _ServerSession(Session):
+    """A running server: levels, probes and health checks against it."""
+
+    def __init__(self, backend: ServerBackend, server: RunningServer, workload: Workload) -> None:
+        super().__init__()
+        self.backend, self.server, self.workload = backend, server, workload
+
+    def _level(self, concurrency: int, requests: int | None) -> Measurement:
+        died = self.alive()
+        if died:
+            return Measurement.failed(concurrency, died, self.server.log_excerpt())
+        left = wait_drained(self.server.base_url, self.backend.metrics_flavor)
+        if left:
+            return Measurement.failed(concurrency, FailureClass.TRANSIENT,
+                                      f"server still held {left:g} requests before this level")
+        row = run_load(self.backend.load_spec(self.server.base_url, self.workload, concurrency,
+                                              requests))[0]
+        died = self.alive()  # a server that died under load is a crash, not slow numbers
+        return Measurement.failed(concurrency, died, self.server.log_excerpt()) if died else row
+
+    def alive(self) -> FailureClass | None:
+        try:
+            self.server.check()
+        except ServerError as error:
+            return error.failure
+        return None
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[str]:
+        body = {"model": self.backend.deployment.target.model_path, "max_tokens": max_tokens,
+                "temperature": 0.0, "stream": False}
+        with httpx.Client(base_url=self.server.base_url, timeout=self.backend.timeout_s,
+                          trust_env=False) as client:
+            return [_completion_text(client.post("/v1/completions", json={**body, "prompt": p}))
+                    for p in prompts]
+
+
+def _completion_text(response: httpx.Response) -> str:
+    response.raise_for_status()
+    return response.json()["choices"][0]["text"]
 
 
 def _failed(workload: Workload, failure: FailureClass, excerpt: str) -> list[Measurement]:

@@ -11,6 +11,8 @@ defaults in ``LaunchParams`` apply):
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +23,9 @@ import optuna
 from search_spaces.errors import SpaceError
 from search_spaces.expr import Env
 from search_spaces.expr import Expr
+from search_spaces.given import GivenTrial
 from search_spaces.grid import iter_grid
+from search_spaces.params import DerivedParam
 from search_spaces.params import Param
 from search_spaces.params import is_active
 
@@ -80,6 +84,29 @@ class SearchSpace:
         """The source of every constraint that ``params`` break (empty: feasible)."""
         env = {**self._env(context), **params}
         return [c.source for c in self.constraints if not c.holds(env)]
+
+    def sample(self, context: Mapping[str, Any], rng: random.Random,
+               given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A configuration with ``given``'s values where they fit, random values elsewhere
+        (no Optuna study involved; constraints are not enforced, see ``violations``)."""
+        return self.suggest(GivenTrial(given or {}, rng), context)  # type: ignore[arg-type]
+
+    def neighbours(self, params: Mapping[str, Any], context: Mapping[str, Any],
+                   rng: random.Random, max_points: int = 16) -> list[dict[str, Any]]:
+        """Every configuration that differs from ``params`` in one sampled parameter (over its
+        discretized domain), completed by ``sample``; constraint-breaking ones are left out."""
+        env, found = self._env(context), []
+        for p in self.params:
+            if not is_active(p, env):
+                continue
+            if not isinstance(p, DerivedParam):
+                for value in p.points(env, max_points):
+                    if value != params.get(p.name):
+                        found.append(self.sample(context, rng, {**params, p.name: value}))
+            if p.name in params:
+                env[p.name] = params[p.name]
+        unique = {json.dumps(n, sort_keys=True, default=str): n for n in found}
+        return [n for n in unique.values() if not self.violations(n, context)]
 
     def grid(self, context: Mapping[str, Any], max_points_per_param: int = 8) -> Iterator[dict]:
         """Every combination of the discretized space that satisfies the constraints.

@@ -17,6 +17,7 @@ from tuner.config import Config
 from tuner.errors import NoResultError
 from tuner.records import TrialRecord
 from tuner.selection import Candidate
+from tuner.selection import Ranking
 from tuner.selection import choose
 from tuner.sla import Limit
 from tuner.wiring import launch_target_from
@@ -37,7 +38,8 @@ class BestResult:
         t = self.chosen.trial
         return {
             "trial": t.trial_number, "engine": self.engine, "params": t.params,
-            "output_tok_s_at_target": self.chosen.throughput,
+            "output_tok_s_at_target": self.chosen.throughput, "runs": self.chosen.runs,
+            "score_tok_s": self.chosen.score,
             "tok_s_per_user_at_1": self.chosen.per_user,
             "target_concurrency": self.target_concurrency,
             "sla": [str(limit) for limit in self.limits], "argv": self.argv, "env": self.env,
@@ -70,12 +72,26 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
         except InvalidParams:  # includes what this engine cannot express
             return None
 
-    chosen, front = choose(records.load_trials(db, cfg.study.name), target, limits,
-                           usable=lambda t: argv_of(t) is not None)
+    trials = records.load_trials(db, cfg.study.name)
+    chosen, front = choose(trials, target, limits, usable=lambda t: argv_of(t) is not None,
+                           ranking=ranking_of(run_cfg, trials))
     lp = LaunchParams.from_params(chosen.trial.params)
     return BestResult(chosen=chosen, front=front, engine=engine, argv=argv_of(chosen.trial),
                       env=render_env(engine, lp, version), experimental=is_experimental(engine, lp),
                       limits=limits, target_concurrency=target)
+
+
+def ranking_of(cfg: Config, trials: list[TrialRecord]) -> Ranking:
+    """How the study's runs become scores: a launch-aware study compares configurations at
+    their own SLA limits; measured (noisy) numbers need ``tuning.repeats`` runs and are ranked
+    by a lower bound, predicted ones are exact."""
+    t = cfg.tuning
+    noisy = any(not row.get("predicted", True) for trial in trials
+                for row in trial.measurements.values())
+    return Ranking(point="at_sla_limit" if t.strategy == "launch_aware" else "at_target",
+                   min_runs=t.repeats if noisy else 1, penalty=t.mad_penalty,
+                   prior_rel_sd=t.noise_prior if noisy else 0.0,
+                   gated_only=t.strategy == "launch_aware")
 
 
 def format_command(result: BestResult, fmt: str) -> str:

@@ -56,14 +56,19 @@ def run(config: ConfigOpt = None, backend: Annotated[str | None, typer.Option(
     """Run (or resume) a study and store every trial in the results DB."""
     cfg = _config(config, **{"backend.name": backend, "study.n_trials": trials,
                              "study.storage": storage, "study.name": study})
-    from tuner.runner import run_study
-
     try:
-        ran = run_study(cfg)
+        if cfg.tuning.strategy == "launch_aware":
+            from tuner.launches.run import run_launch_aware
+
+            run_launch_aware(cfg)
+        else:
+            from tuner.runner import run_study
+
+            render.note(f"{run_study(cfg)} trials run")
     except KeyboardInterrupt:
         render.note("interrupted: finished trials are kept; run again to resume", "yellow")
         raise typer.Exit(130)
-    render.note(f"{ran} trials run; `dflash-tune best` picks the configuration to launch")
+    render.note("`dflash-tune best` picks the configuration to launch")
 
 
 @app.command()

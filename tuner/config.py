@@ -34,6 +34,21 @@ class StudyConfig(_Section):
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     seed: int | None = 0
     n_trials: int = Field(200, ge=1)
+    # A running trial's worker writes a heartbeat this often (seconds); a trial silent for twice
+    # as long is failed and its configuration re-queued (docs/SCALE_OUT.md). 30 s costs one tiny
+    # write a worker every 30 s and retries a dead worker's trial about a minute later. null
+    # turns heartbeats off: then nothing retries, and concurrent workers can overshoot n_trials.
+    heartbeat_s: int | None = Field(30, ge=1)
+    # How often one configuration is re-queued after workers died running it.
+    max_retries: int = Field(3, ge=0)
+
+    @field_validator("storage")
+    @classmethod
+    def _postgres_driver(cls, url: str) -> str:
+        # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; the `postgres` extra installs
+        # psycopg2, so that is what the bare form means here (name a driver to pick another).
+        bare = "postgresql://"
+        return "postgresql+psycopg2://" + url[len(bare):] if url.startswith(bare) else url
 
 
 class HardwareConfig(_Section):
@@ -98,6 +113,21 @@ class WorkloadConfig(_Section):
         return [Limit.parse(text) for text in self.sla]
 
 
+class SimulationConfig(_Section):
+    """`backend.name: simulated`: the performance model as a hidden truth, measured with noise
+    and launch cost (see backends/simulated.py)."""
+
+    noise: float = Field(0.15, ge=0.0, le=1.0)
+    launch_s: float = Field(180.0, ge=0.0)
+    reference_requests: int = Field(64, ge=1)
+    real_time: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = 0
+    # The truth's own constants and drafter acceptance (default: backend.efficiency and
+    # drafter.acceptance), so the tuner's model starts out wrong, as on a real node.
+    efficiency: dict[str, float] | None = None
+    acceptance: list[float] | None = None
+
+
 class BackendConfig(_Section):
     name: str = "model"
     engine: Literal["sglang", "vllm", "dflash"] = "sglang"
@@ -116,6 +146,40 @@ class BackendConfig(_Section):
         "launch_overhead_us": 40.8,
         "matmul_fixed_us": 0.255,
     }
+    simulation: SimulationConfig = SimulationConfig()
+
+
+class GatesConfig(_Section):
+    """What a winner must pass before `best` names it (backends that run a model)."""
+
+    probe_prompts: int = Field(8, ge=0)  # greedy outputs compared with the baseline's; 0: off
+    probe_tokens: int = Field(32, ge=1)
+    # Prompts whose greedy output may differ from the baseline's (bf16 near-ties flip tokens).
+    probe_mismatches_allowed: int = Field(1, ge=0)
+    # A speculative winner must average more tokens per round than this (1.0: the drafter
+    # contributes nothing, e.g. weights loaded under the wrong algorithm).
+    min_accept_len: float = Field(1.1, ge=1.0)
+    soak_s: float = Field(300.0, ge=0.0)  # sustained load at the SLA limit; 0: off
+
+
+class TuningConfig(_Section):
+    """How `run` spends launches (see docs/TUNING.md)."""
+
+    # tpe: one launch per sampled trial. launch_aware: the model screens, each launch finds its
+    # own SLA limit, finalists are re-measured in fresh launches and gated.
+    strategy: Literal["tpe", "launch_aware"] = "tpe"
+    launches: int = Field(24, ge=2)  # launch budget of launch_aware, repeats and gates included
+    per_round: int = Field(4, ge=1)  # launches per exploration round, between recalibrations
+    screen_samples: int = Field(1500, ge=10)  # model evaluations per screening round
+    finalists: int = Field(4, ge=1)
+    # Fresh launches a configuration needs before `best` may choose it (measuring backends;
+    # the performance model is exact and needs one).
+    repeats: int = Field(3, ge=1)
+    mad_penalty: float = Field(1.0, ge=0.0)
+    noise_prior: float = Field(0.2, ge=0.0)  # relative SD assumed before repeats show it
+    # Requests per level: short windows search the SLA limit, a long one measures the winner.
+    long_window_factor: float = Field(4.0, ge=1.0)
+    gates: GatesConfig = GatesConfig()
 
 
 # Backends that launch a server speak exactly one engine's flags.
@@ -129,6 +193,7 @@ class Config(_Section):
     drafter: DrafterConfig | None = DrafterConfig()
     workload: WorkloadConfig = WorkloadConfig()
     backend: BackendConfig = BackendConfig()
+    tuning: TuningConfig = TuningConfig()
     search_space: str = "pcie8_kimi"
 
     @model_validator(mode="after")

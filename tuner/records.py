@@ -63,6 +63,11 @@ measurements = sa.Table(
 )
 
 
+# Log excerpt of a launch whose integrity gates all passed (launch-aware studies choose only
+# configurations with such a launch).
+GATES_PASSED = "gates passed"
+
+
 @dataclass(slots=True)
 class TrialRecord:
     trial_number: int
@@ -142,6 +147,7 @@ def load_trials(engine: sa.Engine, study: str) -> list[TrialRecord]:
     for m in m_rows:
         metrics = {name: m[name] for name in _METRICS}
         metrics["failure"] = m["failure"]
+        metrics["predicted"] = m["predicted"]
         metrics["breakdown_ms"] = json.loads(m["breakdown_json"])
         by_trial.setdefault(m["trial_number"], {})[m["concurrency"]] = metrics
     return [TrialRecord(

@@ -1,53 +1,120 @@
-"""Choose the configuration to run: feasible under the SLA, on the Pareto front, best throughput.
+"""Choose the configuration to run: feasible under the SLA, on the Pareto front, best score.
 
 Works on our own records only (no Optuna import), so ``best`` starts fast and a different SLA
-can be applied after the fact.
+can be applied after the fact. Trials of one configuration (re-measurements in fresh launches)
+form one candidate: its numbers are medians, and it is ranked by a lower bound (median minus a
+spread penalty, see :mod:`tuner.robust`), so a configuration that was lucky once does not win.
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from tuner import robust
 from tuner.errors import NoResultError
+from tuner.records import GATES_PASSED
 from tuner.records import TrialRecord
 from tuner.sla import Limit
+from tuner.sla import meets
+
+# Where a trial's throughput is read: at the workload's target concurrency, or at the highest
+# concurrency that met the SLA (what a launch-aware study searches for in every launch).
+ObjectivePoint = Literal["at_target", "at_sla_limit"]
+_DETERMINISTIC_OK = ("ok", "transient", "port_in_use")  # statuses that do not disqualify
+
+
+@dataclass(slots=True, frozen=True)
+class Ranking:
+    """How runs of one configuration become one score."""
+
+    point: ObjectivePoint = "at_target"
+    min_runs: int = 1  # runs a configuration needs before it can be chosen
+    penalty: float = 1.0  # standard errors subtracted from the median
+    prior_rel_sd: float = 0.0  # assumed noise while a configuration has < 3 runs
+    gated_only: bool = False  # only configurations with a launch that passed the gates
 
 
 @dataclass(slots=True, frozen=True)
 class Candidate:
-    trial: TrialRecord
-    throughput: float  # output tok/s at the target concurrency
-    per_user: float  # tok/s per user at concurrency 1
+    trial: TrialRecord  # the configuration's first successful run
+    throughput: float  # median output tok/s at the objective point
+    per_user: float  # median tok/s per user at concurrency 1
+    runs: int = 1
+    score: float = 0.0  # what throughput is ranked by
+    gated: bool = False  # one of its launches passed the integrity gates
+
+    @property
+    def params(self) -> dict:
+        return self.trial.params
 
 
-def candidates(trials: Sequence[TrialRecord], target: int,
-               limits: Sequence[Limit]) -> list[Candidate]:
-    """Successful trials that meet every limit at the target concurrency."""
-    found = []
+def config_key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def trial_point(t: TrialRecord, target: int, limits: Sequence[Limit],
+                point: ObjectivePoint = "at_target") -> tuple[float, float] | None:
+    """(throughput, tok/s per user at 1) of one successful trial within the SLA, else None."""
+    at_one = t.measurements.get(1)
+    if not t.ok or at_one is None:
+        return None
+    if point == "at_target":
+        row = t.measurements.get(target)
+        rates = [row["output_tok_s"]] if row is not None and meets(row, limits) else []
+    else:
+        rates = [r["output_tok_s"] for r in t.measurements.values() if meets(r, limits)]
+    return (max(rates), at_one["tok_s_per_user"]) if rates else None
+
+
+def candidates(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
+               ranking: Ranking = Ranking()) -> list[Candidate]:
+    """One candidate per configuration whose every run succeeded within the SLA."""
+    runs: dict[str, list[tuple[TrialRecord, tuple[float, float] | None]]] = defaultdict(list)
     for t in trials:
-        at_target, at_one = t.measurements.get(target), t.measurements.get(1)
-        if not t.ok or at_target is None or at_one is None:
+        if t.measured and t.status in _DETERMINISTIC_OK:
+            runs[config_key(t.params)].append((t, trial_point(t, target, limits, ranking.point)))
+        elif t.measured:  # a crash, OOM, failed gate...: the configuration is out
+            runs[config_key(t.params)].append((t, None))
+    found = []
+    for group in runs.values():
+        ok = [(t, v) for t, v in group if t.ok]
+        if not ok or any(v is None for _, v in ok) or len(ok) < len(group) - _transient(group):
             continue
-        if all(limit.violation(at_target.get(limit.metric)) <= 0 for limit in limits):
-            found.append(Candidate(t, at_target["output_tok_s"], at_one["tok_s_per_user"]))
+        found.append(_candidate(ok, ranking))
     return found
 
 
+def _transient(group: list[tuple[TrialRecord, tuple[float, float] | None]]) -> int:
+    return sum(1 for t, _ in group if t.status in ("transient", "port_in_use"))
+
+
+def _candidate(ok: list[tuple[TrialRecord, tuple[float, float]]], ranking: Ranking) -> Candidate:
+    rates = [v[0] for _, v in ok]
+    return Candidate(ok[0][0], robust.median(rates), robust.median([v[1] for _, v in ok]),
+                     runs=len(ok),
+                     score=robust.lower_bound(rates, ranking.penalty, ranking.prior_rel_sd),
+                     gated=any(t.log_excerpt.startswith(GATES_PASSED) for t, _ in ok))
+
+
 def pareto_front(cands: Sequence[Candidate]) -> list[Candidate]:
-    """Candidates no other candidate beats on both objectives, best throughput first; of trials
-    with identical results (the same configuration sampled twice) the first one stands."""
+    """Candidates no other candidate beats on both score and per-user speed, best score first;
+    of configurations with identical results the first one stands."""
     front = [c for c in cands if not any(_dominates(o, c) for o in cands)]
-    front.sort(key=lambda c: (-c.throughput, -c.per_user, c.trial.trial_number))
+    front.sort(key=lambda c: (-c.score, -c.per_user, c.trial.trial_number))
     unique: dict[tuple[float, float], Candidate] = {}
     for c in front:
-        unique.setdefault((round(c.throughput, 6), round(c.per_user, 6)), c)
+        unique.setdefault((round(c.score, 6), round(c.per_user, 6)), c)
     return list(unique.values())
 
 
 def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
-           usable: Callable[[TrialRecord], bool] = lambda t: True) -> tuple[Candidate, list[Candidate]]:
+           usable: Callable[[TrialRecord], bool] = lambda t: True,
+           ranking: Ranking = Ranking()) -> tuple[Candidate, list[Candidate]]:
     """The chosen candidate and the Pareto front it came from; NoResultError when none."""
     if not trials:
         raise NoResultError("the study has no trials yet; run `dflash-tune run` first")
@@ -57,15 +124,28 @@ def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
         rejected = len(trials) - measured
         also = f" ({rejected} more samples broke the space's constraints)" if rejected else ""
         raise NoResultError(f"all {measured} measured trials failed{also}; nothing to choose from")
-    cands = [c for c in candidates(ok, target, limits) if usable(c.trial)]
+    cands = [c for c in candidates(trials, target, limits, ranking) if usable(c.trial)]
     if not cands:
         sla = ", ".join(map(str, limits)) or "none"
-        raise NoResultError(f"no successful trial meets the SLA ({sla}) at concurrency {target}"
+        where = ("at its SLA limit" if ranking.point == "at_sla_limit"
+                 else f"at concurrency {target}")
+        raise NoResultError(f"no successful configuration meets the SLA ({sla}) {where}"
                             " for the requested engine")
-    front = pareto_front(cands)
+    confirmed = [c for c in cands if c.runs >= ranking.min_runs
+                 and (c.gated or not ranking.gated_only)]
+    if not confirmed and ranking.gated_only:
+        raise NoResultError("no configuration has passed the integrity gates yet; run "
+                            "`dflash-tune run` again (or raise tuning.launches) to finish the "
+                            "finals")
+    if not confirmed:
+        raise NoResultError(
+            f"no configuration has been measured {ranking.min_runs} times yet (measurements are "
+            "noisy; a single good run proves little); tuning.strategy: launch_aware re-measures "
+            "finalists in fresh launches, or set tuning.repeats: 1 to accept single runs")
+    front = pareto_front(confirmed)
     return front[0], front
 
 
 def _dominates(a: Candidate, b: Candidate) -> bool:
-    return (a.throughput >= b.throughput and a.per_user >= b.per_user
-            and (a.throughput > b.throughput or a.per_user > b.per_user))
+    return (a.score >= b.score and a.per_user >= b.per_user
+            and (a.score > b.score or a.per_user > b.per_user))

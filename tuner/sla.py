@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _PATTERN = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
@@ -37,3 +40,9 @@ class Limit:
 
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{self.value:g}"
+
+
+def meets(row: Any, limits: Sequence[Limit]) -> bool:
+    """Whether a measurement (a Measurement or a stored row dict) succeeded within every limit."""
+    get = row.get if isinstance(row, Mapping) else (lambda name: getattr(row, name))
+    return get("failure") is None and all(lim.violation(get(lim.metric)) <= 0 for lim in limits)

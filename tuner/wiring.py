@@ -41,11 +41,25 @@ def workload_from(cfg: Config) -> Workload:
 
 def backend_from(cfg: Config) -> Backend:
     options: dict[str, Any] = {}
-    if cfg.backend.name == "model":
+    if cfg.backend.name in ("model", "simulated"):
+        options["efficiency"] = efficiency_from(cfg)
+    if cfg.backend.name == "simulated":
         from backends.perf_model import Efficiency
+        from backends.simulated import Simulation
 
-        options["efficiency"] = Efficiency(**cfg.backend.efficiency)
+        sim = cfg.backend.simulation
+        options["simulation"] = Simulation(
+            noise=sim.noise, launch_s=sim.launch_s, reference_requests=sim.reference_requests,
+            real_time=sim.real_time, seed=sim.seed)
+        options["truth_efficiency"] = sim.efficiency and Efficiency(**sim.efficiency)
+        options["truth_acceptance"] = sim.acceptance
     return get_backend(cfg.backend.name, deployment_from(cfg), **options)
+
+
+def efficiency_from(cfg: Config):
+    from backends.perf_model import Efficiency
+
+    return Efficiency(**cfg.backend.efficiency)
 
 
 def space_context(cfg: Config) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 from typing import ClassVar
 
@@ -26,6 +28,8 @@ from backends.perf_model.memory import plan_memory
 from backends.perf_model.predict import Setup
 from backends.perf_model.predict import predict
 from backends.perf_model.step import Node
+from backends.session import LaunchFailed
+from backends.session import Session
 
 
 class PerfModelBackend(Backend):
@@ -57,17 +61,30 @@ class PerfModelBackend(Backend):
 
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
         try:
+            setup = self.checked_setup(params, workload)
+        except LaunchFailed as err:
+            return self._failed(workload, err.failure, err.log_excerpt)
+        return [predict(setup, workload, c) for c in workload.concurrency]
+
+    @contextlib.contextmanager
+    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
+        yield _PredictedSession(self.checked_setup(params, workload), workload)
+
+    def checked_setup(self, params: dict[str, Any], workload: Workload) -> Setup:
+        """``setup`` with every reason it cannot launch as LaunchFailed (what a server would
+        have said)."""
+        try:
             setup = self.setup(params, workload)
         except UnsupportedParams as err:
-            return self._failed(workload, FailureClass.UNSUPPORTED, str(err))
+            raise LaunchFailed(FailureClass.UNSUPPORTED, str(err)) from err
         except InvalidParams as err:
-            return self._failed(workload, FailureClass.INVALID_CONFIG, str(err))
+            raise LaunchFailed(FailureClass.INVALID_CONFIG, str(err)) from err
         except (TypeError, ValueError) as err:  # a wrongly typed value, e.g. tp_size="8"
-            return self._failed(workload, FailureClass.INVALID_CONFIG,
-                                f"{type(err).__name__}: {err}")
+            raise LaunchFailed(FailureClass.INVALID_CONFIG,
+                               f"{type(err).__name__}: {err}") from err
         if setup.plan.infeasible:
-            return self._failed(workload, FailureClass.OOM, setup.plan.infeasible)
-        return [predict(setup, workload, c) for c in workload.concurrency]
+            raise LaunchFailed(FailureClass.OOM, setup.plan.infeasible)
+        return setup
 
     def setup(self, params: dict[str, Any], workload: Workload) -> Setup:
         """Validate ``params`` for this deployment and fix everything but the concurrency."""
@@ -102,3 +119,14 @@ class PerfModelBackend(Backend):
     @staticmethod
     def _failed(workload: Workload, failure: FailureClass, why: str) -> list[Measurement]:
         return [Measurement.failed(c, failure, why, predicted=True) for c in workload.concurrency]
+
+
+class _PredictedSession(Session):
+    """A 'launch' of the model: the setup is fixed once, each level is a prediction."""
+
+    def __init__(self, setup: Setup, workload: Workload) -> None:
+        super().__init__()
+        self.setup, self.workload = setup, workload
+
+    def _level(self, concurrency: int, requests: int | None) -> Measurement:
+        return predict(self.setup, self.workload, concurrency)

@@ -78,7 +78,7 @@ def test_unknown_backend_fails_before_any_study_is_created(tmp_path):
     path.write_text(yaml.safe_dump({"study": {"storage": f"sqlite:///{tmp_path / 'r.db'}"}}))
     result = cli("run", "-c", str(path), "--backend", "nope", cwd=tmp_path)
     assert result.returncode == 2
-    assert "unknown backend 'nope'; available: inprocess, model, serve, sglang, vllm" in result.stderr
+    assert "unknown backend 'nope'; available: inprocess, model, serve, sglang, simulated, vllm" in result.stderr
     assert not (tmp_path / "r.db").exists()
 
 

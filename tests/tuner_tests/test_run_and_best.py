@@ -84,7 +84,7 @@ def test_a_stricter_sla_changes_or_empties_the_choice(studied):
     tpot = loose["params"]  # the chosen one meets the study's SLA
     impossible = cli("best", "--sla", "tpot_p50_ms<=0.001", cwd=studied)
     assert impossible.returncode == 1
-    assert "no successful trial meets the SLA (tpot_p50_ms<=0.001)" in impossible.stderr
+    assert "no successful configuration meets the SLA (tpot_p50_ms<=0.001)" in impossible.stderr
     assert tpot
 
 

@@ -37,6 +37,9 @@ def _config(folder: Path, trials: int, output_len: int = 16) -> Path:
                      "target_concurrency": 4, "sla": []},
         "backend": {"name": "serve", "engine": "dflash", "context_length": 256},
         "search_space": "tiny_pair",
+        # One run per configuration is enough here: this test is about real launches, the
+        # re-measurement rules have their own tests.
+        "tuning": {"repeats": 1},
     }
     path = folder / "tuner.yaml"
     path.write_text(yaml.safe_dump(raw))

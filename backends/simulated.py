@@ -1,0 +1,124 @@
+"""The ``simulated`` backend: a node that behaves like the performance model says, measured the
+way a real node is (noisily), and launched at a real node's cost (minutes).
+
+It exists to develop and benchmark the tuner's launch and noise handling without a GPU: the
+truth is known (the noiseless model), so how close a tuner gets and how many launches it spent
+are both measurable. Time is virtual: sessions add what a launch and a level would have taken
+to their clocks; ``real_time`` > 0 also sleeps that fraction of it (for crash and heartbeat
+tests that need a trial to take a while).
+
+Noise: a real node varies from launch to launch (clocks, placement, compiled graphs) and from
+window to window. Each launch draws one factor, each level another whose spread shrinks with
+the square root of its request count; together they have a relative SD of ``noise`` at
+``reference_requests``. Throughput is multiplied by the product, latencies divided by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
+from typing import ClassVar
+
+from backends.base import Backend
+from backends.base import Measurement
+from backends.base import Workload
+from backends.session import LaunchFailed
+from backends.session import Session
+
+_LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms",
+              "itl_p99_ms")
+_RATES = ("output_tok_s", "output_tok_s_per_gpu", "tok_s_per_user")
+
+
+@dataclass(slots=True, frozen=True)
+class Simulation:
+    noise: float = 0.15  # relative SD of one level measured with reference_requests
+    launch_s: float = 180.0  # virtual seconds per launch
+    reference_requests: int = 64
+    real_time: float = 0.0  # fraction of virtual time actually slept
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.noise < 0 or self.launch_s < 0 or not 0 <= self.real_time <= 1:
+            raise ValueError("noise and launch_s must be >= 0, real_time in [0, 1]")
+        if self.reference_requests < 1:
+            raise ValueError("reference_requests must be >= 1")
+
+
+class SimulatedBackend(Backend):
+    """Wraps a noiseless backend (the performance model: the hidden truth)."""
+
+    name: ClassVar[str] = "simulated"
+
+    def __init__(self, truth: Backend, simulation: Simulation) -> None:
+        self.truth, self.simulation = truth, simulation
+        self.launches = 0  # seeds each launch's noise, so a study replays exactly
+
+    def flags(self, params: dict[str, Any]) -> list[str]:
+        return self.truth.flags(params)
+
+    def env(self, params: dict[str, Any]) -> dict[str, str]:
+        return self.truth.env(params)
+
+    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
+        try:
+            with self.session(params, workload) as session:
+                return [session.measure(c) for c in workload.concurrency]
+        except LaunchFailed as error:
+            return [Measurement.failed(c, error.failure, error.log_excerpt)
+                    for c in workload.concurrency]
+
+    @contextlib.contextmanager
+    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
+        sim = self.simulation
+        self.launches += 1
+        rng = random.Random(f"{sim.seed}/{self.launches}")
+        _sleep(sim, sim.launch_s)
+        with self.truth.session(params, workload) as truth:  # LaunchFailed passes through
+            session = _NoisySession(truth, sim, workload, rng)
+            session.clock.launch_s = sim.launch_s
+            yield session
+
+
+class _NoisySession(Session):
+    def __init__(self, truth: Session, sim: Simulation, workload: Workload,
+                 rng: random.Random) -> None:
+        super().__init__()
+        self.truth, self.sim, self.workload, self.rng = truth, sim, workload, rng
+        self.launch_factor = self._factor(sim.noise / math.sqrt(2))
+
+    def measure(self, concurrency: int, requests: int | None = None) -> Measurement:
+        return self._level(concurrency, requests)  # virtual time only, not the wall clock
+
+    def _level(self, concurrency: int, requests: int | None) -> Measurement:
+        exact = self.truth.measure(concurrency, requests)
+        if not exact.ok:
+            return replace(exact, predicted=False)
+        n = requests or max(2 * concurrency, 8)
+        spread = self.sim.noise / math.sqrt(2) * math.sqrt(self.sim.reference_requests / n)
+        noisy = _scaled(exact, self.launch_factor * self._factor(spread))
+        seconds = n * self.workload.output_len / max(exact.output_tok_s, 1e-9)
+        self.clock.measure_s += seconds
+        _sleep(self.sim, seconds)
+        return noisy
+
+    def _factor(self, sd: float) -> float:
+        # Truncated so that a wild draw cannot make a rate negative.
+        return max(0.2, 1.0 + self.rng.gauss(0.0, sd))
+
+
+def _scaled(m: Measurement, factor: float) -> Measurement:
+    rates = {k: getattr(m, k) * factor for k in _RATES}
+    latencies = {k: getattr(m, k) / factor for k in _LATENCIES if getattr(m, k) is not None}
+    return replace(m, **rates, **latencies, predicted=False)
+
+
+def _sleep(sim: Simulation, virtual_s: float) -> None:
+    if sim.real_time > 0:
+        time.sleep(virtual_s * sim.real_time)

@@ -1,0 +1,159 @@
+"""One launch, start to finish: bring the configuration up, find its SLA limit with short
+windows, measure the limit again with a long window when it could matter, run the gates when
+asked, and record it all as one trial (Optuna's and ours)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import fields
+from typing import Any
+
+import optuna
+
+from backends import Backend
+from backends import FailureClass
+from backends import Measurement
+from backends import Workload
+from backends.flags import render_shell
+from backends.launch_params import InvalidParams
+from backends.session import Clock
+from backends.session import LaunchFailed
+from backends.session import Session
+from search_spaces import SearchSpace
+from tuner import records
+from tuner.launches.sla_search import search_limit
+from tuner.selection import config_key
+from tuner.sla import Limit
+from tuner.sla import meets
+from tuner.study import MEASURED_KEY
+
+_FIELDS = {f.name for f in fields(Measurement)} - {"failure", "concurrency"}
+# Trial status of a configuration that ran but failed an integrity gate: never chosen.
+DISQUALIFIED = "disqualified"
+
+Gate = Callable[[Session, dict, Measurement], "str | None"]  # why it failed, or None
+
+
+@dataclass(slots=True)
+class Launch:
+    """What one launch found."""
+
+    params: dict[str, Any]
+    points: list[Measurement]  # one per level measured (the last window at that level)
+    best: Measurement | None  # highest-throughput level within the SLA
+    per_user: float | None  # tok/s per user at concurrency 1
+    clock: Clock = field(default_factory=Clock)
+    failure: FailureClass | None = None
+    verdict: str | None = None  # why a gate disqualified it
+    excerpt: str = ""
+
+    @property
+    def key(self) -> str:
+        return config_key(self.params)
+
+    @classmethod
+    def from_record(cls, t: records.TrialRecord, limits: list[Limit]) -> Launch:
+        """A launch an earlier run recorded (resuming a study)."""
+        rows = [Measurement(concurrency=c, failure=row["failure"] and FailureClass(row["failure"]),
+                            **{k: v for k, v in row.items() if k in _FIELDS})
+                for c, row in t.measurements.items()]
+        best = max((m for m in rows if meets(m, limits)), default=None,
+                   key=lambda m: m.output_tok_s)
+        one = t.measurements.get(1)
+        failure = None if t.status in ("ok", DISQUALIFIED) else FailureClass(t.status)
+        return cls(t.params, rows, best, one and one["tok_s_per_user"], failure=failure,
+                   verdict=t.log_excerpt if t.status == DISQUALIFIED else None,
+                   excerpt=t.log_excerpt)
+
+    @property
+    def value(self) -> float | None:
+        return self.best.output_tok_s if self.best is not None and not self.verdict else None
+
+
+@dataclass
+class Launcher:
+    study: optuna.Study
+    space: SearchSpace
+    context: dict[str, Any]
+    backend: Backend
+    workload: Workload
+    limits: list[Limit]
+    engine: Any  # sqlalchemy Engine of our records
+    study_name: str
+    max_concurrency: int
+    long_factor: float = 4.0
+    launches: list[Launch] = field(default_factory=list)
+
+    def launch(self, params: dict[str, Any], guess: int | None = None,
+               bar: float | None = None, gates: Gate | None = None) -> Launch:
+        """Launch ``params``; a limit whose short-window throughput is below ``bar`` is not
+        measured again (the cheap fidelity pruned it)."""
+        self.study.enqueue_trial(params)
+        with warnings.catch_warnings():
+            # Heartbeats keep TPE workers' trials alive; this single process tells every trial
+            # it asks for, so Optuna's warning about asking with heartbeats on does not apply.
+            warnings.simplefilter("ignore", UserWarning)
+            trial = self.study.ask()
+        params = self.space.suggest(trial, self.context)
+        result = self._run(params, guess, bar, gates)
+        self._record(trial, result)
+        self.launches.append(result)
+        return result
+
+    def _run(self, params, guess, bar, gates) -> Launch:
+        try:
+            with self.backend.session(params, self.workload) as session:
+                return self._measure(session, params, guess, bar, gates)
+        except LaunchFailed as error:
+            return Launch(params, [], None, None, failure=error.failure,
+                          excerpt=error.log_excerpt)
+
+    def _measure(self, session: Session, params, guess, bar, gates) -> Launch:
+        found = search_limit(session.measure, self.limits, self.max_concurrency, guess)
+        points = found.points
+        if found.best is not None and (bar is None or found.best.output_tok_s >= bar):
+            c = found.best.concurrency
+            points.append(session.measure(c, round(self.long_factor * max(2 * c, 8))))
+        rows = _last_per_level(points)
+        best = max((m for m in rows if meets(m, self.limits)), default=None,
+                   key=lambda m: m.output_tok_s)
+        failed = next((m for m in points if not m.ok), None)
+        gated = gates is not None and best is not None and not failed
+        verdict = gates(session, params, best) if gated else None
+        one = next((m for m in points if m.concurrency == 1 and m.ok), None)
+        return Launch(params, rows, best, one and one.tok_s_per_user, session.clock,
+                      failed.failure if failed else None, verdict,
+                      failed.log_excerpt if failed else verdict or (records.GATES_PASSED
+                                                                    if gated else ""))
+
+    def _record(self, trial: optuna.Trial, result: Launch) -> None:
+        status = (result.failure.value if result.failure
+                  else DISQUALIFIED if result.verdict else "ok")
+        command, env = self._command(result.params)
+        record = records.TrialRecord(
+            trial_number=trial.number, backend=self.backend.name, params=result.params,
+            status=status, measured=True, command=command, env=env,
+            log_excerpt=result.excerpt, measurements={})
+        records.save_trial(self.engine, self.study_name, record, result.points)
+        trial.set_user_attr(MEASURED_KEY, True)
+        trial.set_user_attr("launch_s", result.clock.launch_s)
+        trial.set_user_attr("measure_s", result.clock.measure_s)
+        if result.value is None:
+            trial.set_user_attr("failure", status)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(trial, [result.value, result.per_user or 0.0])
+
+    def _command(self, params: dict[str, Any]) -> tuple[str, dict[str, str]]:
+        try:
+            return render_shell(self.backend.flags(params)), self.backend.env(params)
+        except InvalidParams:
+            return "", {}
+
+
+def _last_per_level(points: list[Measurement]) -> list[Measurement]:
+    """The record keeps one row per level: the last (the long window, where there was one)."""
+    return list({m.concurrency: m for m in points}.values())

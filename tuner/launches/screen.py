@@ -1,0 +1,154 @@
+"""The cheap fidelity: the performance model proposes what is worth a launch.
+
+Before anything is launched the model's constants are the configured ones (fitted on some other
+node); after every round they are refitted to what the launches measured, so the model's
+ranking follows the node at hand. A proposal is the model's best configurations, found by
+random sampling and then a walk through single-parameter neighbourhoods, with what was already
+launched left out.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
+
+from backends.base import Measurement
+from backends.base import Workload
+from backends.deployment import Deployment
+from backends.perf_model import Efficiency
+from backends.perf_model import PerfModelBackend
+from backends.perf_model.calibrate import Observation
+from backends.perf_model.calibrate import fit
+from backends.perf_model.references import model_predictor
+from backends.session import LaunchFailed
+from search_spaces import SearchSpace
+from tuner.selection import config_key
+from tuner.sla import Limit
+from tuner.sla import meets
+
+# Configurations whose neighbourhoods are walked after random sampling.
+WALK_STARTS = 4
+WALK_SWEEPS = 4
+
+
+@dataclass(slots=True, frozen=True)
+class Prediction:
+    params: dict
+    goodput: float  # predicted output tok/s at the SLA limit
+    limit: int  # predicted highest concurrency meeting the SLA
+
+
+@dataclass
+class Screen:
+    deployment: Deployment
+    space: SearchSpace
+    context: dict
+    workload: Workload
+    limits: Sequence[Limit]
+    max_concurrency: int
+    efficiency: Efficiency
+    samples: int = 1500
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.model = PerfModelBackend(self.deployment, self.efficiency)
+        self._memo: dict[str, Prediction | None] = {}
+
+    def calibrate(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
+        """Refit the drafter's acceptance to the measured tokens per round, then the model's
+        efficiency constants to the measured throughput (successful (params, level) pairs)."""
+        self._fit_acceptance(measured)
+        observations = [Observation(f"m{i}", params, m.concurrency, m.output_tok_s)
+                        for i, (params, m) in enumerate(measured) if m.ok and m.output_tok_s > 0]
+        if not observations:
+            return
+        by_level = model_predictor(self.deployment)
+
+        def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
+            return by_level(eff, obs, replace(workload, concurrency=(obs.at,)))
+
+        self.efficiency = fit(predict, observations, self.workload, self.efficiency, rounds=20)
+        self.model = PerfModelBackend(self.deployment, self.efficiency)
+        self._memo.clear()
+
+    def _fit_acceptance(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
+        """Scale the per-position acceptance so predicted tokens per round match the measured
+        ones (acceptance depends on the drafter and the prompts, not on the node)."""
+        taus = [(params, m.accept_len_mean) for params, m in measured
+                if m.ok and m.accept_len_mean and params.get("speculative_algorithm", "none")
+                != "none"]
+        drafter = self.deployment.drafter
+        if not taus or drafter is None:
+            return
+        base = drafter.acceptance
+
+        def error(scale: float) -> float:
+            dep = replace(self.deployment, drafter=replace(
+                drafter, acceptance=tuple(min(0.99, a * scale) for a in base)))
+            model = PerfModelBackend(dep, self.efficiency)
+            one = replace(self.workload, concurrency=(1,))
+            return sum((model.measure(p, one)[0].accept_len_mean - tau) ** 2 for p, tau in taus)
+
+        scale = min((s / 100 for s in range(50, 141, 2)), key=error)
+        self.deployment = replace(self.deployment, drafter=replace(
+            drafter, acceptance=tuple(min(0.99, a * scale) for a in base)))
+
+    def predict(self, params: dict) -> Prediction | None:
+        """The model's SLA limit and throughput there; None if nothing meets the SLA."""
+        key = config_key(params)
+        if key not in self._memo:
+            self._memo[key] = self._predict(params)
+        return self._memo[key]
+
+    def propose(self, k: int, exclude: set[str], must: dict | None = None) -> list[Prediction]:
+        """The ``k`` best predicted configurations not in ``exclude`` (config keys); ``must``
+        fixes some parameters (e.g. the no-speculation baseline)."""
+        rng = random.Random(f"{self.seed}/{len(exclude)}")
+        pool = {}
+        for _ in range(self.samples):
+            params = self.space.sample(self.context, rng, must)
+            if not self.space.violations(params, self.context):
+                pool[config_key(params)] = params
+        ranked = self._ranked(pool.values())
+        for start in ranked[:WALK_STARTS]:
+            for p in self._walk(start, rng, must):
+                pool[config_key(p.params)] = p.params
+        fresh = [p for p in self._ranked(pool.values()) if config_key(p.params) not in exclude]
+        return fresh[:k]
+
+    def _ranked(self, configs) -> list[Prediction]:
+        found = [p for p in map(self.predict, configs) if p is not None]
+        return sorted(found, key=lambda p: -p.goodput)
+
+    def _walk(self, start: Prediction, rng: random.Random, must: dict | None) -> list[Prediction]:
+        """Best-improvement steps through single-parameter changes."""
+        path, here = [start], start
+        for _ in range(WALK_SWEEPS):
+            nbrs = [n for n in self.space.neighbours(here.params, self.context, rng)
+                    if not must or all(n.get(k) == v for k, v in must.items())]
+            best = max(self._ranked(nbrs)[:1], key=lambda p: p.goodput, default=None)
+            if best is None or best.goodput <= here.goodput:
+                break
+            path.append(best)
+            here = best
+        return path
+
+    def _predict(self, params: dict) -> Prediction | None:
+        try:
+            with self.model.session(params, self.workload) as session:
+                return _limit(session.measure, self.limits, self.max_concurrency, params)
+        except LaunchFailed:
+            return None
+
+
+def _limit(measure, limits: Sequence[Limit], top: int, params: dict) -> Prediction | None:
+    """Binary search for the highest level meeting the SLA (model latencies grow with load)."""
+    if not meets(measure(1), limits):
+        return None
+    lo, hi = 1, top + 1  # lo meets, hi does not (or is past the top)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if meets(measure(mid), limits) else (lo, mid)
+    return Prediction(params, measure(lo).output_tok_s, lo)
