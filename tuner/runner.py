@@ -8,12 +8,16 @@ from backends.launch_params import LaunchParams
 from search_spaces import load_space
 from tuner import records
 from tuner import render
+from tuner.budget import Budget
+from tuner.budget import RetryUnrecorded
+from tuner.claim import Claim
+from tuner.claim_lock import claim_lock
 from tuner.config import Config
 from tuner.interrupt import graceful_interrupt
 from tuner.objective import Objective
 from tuner.objective import TransientFailure
 from tuner.study import enqueue_baseline
-from tuner.study import measured_trials
+from tuner.study import open_storage
 from tuner.study import open_study
 from tuner.study import run_trials
 from tuner.wiring import backend_from
@@ -24,33 +28,50 @@ LAUNCH_PARAM_NAMES = frozenset(f.name for f in fields(LaunchParams))
 
 
 def run_study(cfg: Config) -> int:
-    """Run until the study holds ``n_trials`` measured trials; returns how many ran now."""
+    """Run until the study holds ``n_trials`` measured trials; returns how many ran here.
+
+    Any number of workers, on any number of machines, may run this on one study in a shared
+    database (docs/SCALE_OUT.md); together they stop at exactly ``n_trials``."""
     # Everything that can be wrong with the config fails here, before the DB is touched.
     space = load_space(cfg.search_space, known_params=LAUNCH_PARAM_NAMES)
     backend, context = backend_from(cfg), space_context(cfg)
-    engine = records.connect(cfg.study.storage)
-    records.save_study_config(engine, cfg.study.name, cfg.model_dump(mode="json"))
-    study = open_study(cfg)
-    done = measured_trials(study)
-    remaining = cfg.study.n_trials - done
-    if remaining <= 0:
+    claim = _join_study(cfg)
+    done, n_trials = claim.budget.measured(), cfg.study.n_trials
+    if done >= n_trials:
         render.note(f"study {cfg.study.name!r} already has {done} trials "
-                    f"(n_trials={cfg.study.n_trials}); raise --trials to run more")
+                    f"(n_trials={n_trials}); raise --trials to run more")
         return 0
     if done:
-        render.note(f"resuming study {cfg.study.name!r}: {done} trials kept, {remaining} to go")
-    enqueue_baseline(study)
-    with graceful_interrupt() as gate, render.trial_progress(cfg.study.n_trials, done) as update:
+        render.note(f"resuming study {cfg.study.name!r}: {done} trials kept, "
+                    f"{n_trials - done} to go")
+    study = claim.budget.study
+    with graceful_interrupt() as gate, render.trial_progress(n_trials, done) as update:
         objective = Objective(
             space=space, context=context, backend=backend,
             workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
-            limits=cfg.workload.limits, study_name=cfg.study.name, engine=engine, gate=gate)
-        progress = run_trials(study, objective, remaining, lambda p: update(p.best_tok_s),
-                              catch=(TransientFailure,))
+            limits=cfg.workload.limits, study_name=cfg.study.name, engine=claim.budget.engine,
+            gate=gate)
+        progress = run_trials(study, objective, claim, lambda p: update(p.best_tok_s),
+                              catch=(TransientFailure,), stop=lambda: gate.requested)
     if progress.rejected:
         render.note(f"{progress.rejected} samples broke the search space's constraints and "
                     "were rejected before measuring (recorded as invalid_config)")
-    if progress.measured < remaining:
+    if claim.budget.measured() < n_trials:  # not interrupted: that raised on the way out
         render.note(f"stopped after {progress.measured} measured trials: the sampler keeps "
                     "proposing samples the space's constraints reject", "yellow")
     return progress.measured
+
+
+def _join_study(cfg: Config) -> Claim:
+    """Open the DB and the study, one worker at a time: concurrent table creation, config
+    writes and baseline enqueues would collide (or measure the baseline twice)."""
+    url, name = cfg.study.storage, cfg.study.name
+    with claim_lock(url, "setup"):
+        engine = records.connect(url)
+        records.save_study_config(engine, name, cfg.model_dump(mode="json"))
+        storage = open_storage(cfg.study, RetryUnrecorded(engine, name, cfg.study.max_retries))
+        study = open_study(cfg, storage=storage)
+        enqueue_baseline(study)
+    budget = Budget(target=cfg.study.n_trials, study=study, storage=storage, engine=engine,
+                    heartbeats=cfg.study.heartbeat_s is not None)
+    return Claim(budget=budget, lock=claim_lock(url, f"study:{name}"))

@@ -8,7 +8,11 @@ from dataclasses import dataclass
 
 import optuna
 
+from tuner.claim import Claim
 from tuner.config import Config
+from tuner.config import StudyConfig
+
+StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 # The baseline is always measured: plain decoding, everything else sampled.
 BASELINE = {"speculative_algorithm": "none"}
@@ -33,19 +37,25 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
                                           constant_liar=False)
 
 
-def open_study(cfg: Config, n_objectives: int = 2) -> optuna.Study:
+def open_storage(study: StudyConfig, on_stale: StaleCallback | None = None
+                 ) -> optuna.storages.RDBStorage:
+    """The study's storage. With ``on_stale`` (``run``'s workers) running trials send
+    heartbeats, and ``on_stale`` gets each trial whose worker died; readers need neither."""
+    heartbeat = {} if on_stale is None or study.heartbeat_s is None else {
+        "heartbeat_interval": study.heartbeat_s, "heartbeat_stale_trial_callback": on_stale}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(
+            study.storage, engine_kwargs=_engine_kwargs(study.storage), **heartbeat)
+
+
+def open_study(cfg: Config, n_objectives: int = 2,
+               storage: optuna.storages.RDBStorage | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(
-        cfg.study.storage, engine_kwargs=_engine_kwargs(cfg.study.storage))
     return optuna.create_study(
-        study_name=cfg.study.name, storage=storage, load_if_exists=True,
-        directions=["maximize"] * n_objectives,
+        study_name=cfg.study.name, storage=storage or open_storage(cfg.study),
+        load_if_exists=True, directions=["maximize"] * n_objectives,
         sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
-
-
-def measured_trials(study: optuna.Study) -> int:
-    """Trials a backend measured (the budget ``n_trials`` counts these)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(MEASURED_KEY))
 
 
 def enqueue_baseline(study: optuna.Study) -> None:
@@ -61,27 +71,30 @@ class Progress:
     best_tok_s: float | None
 
 
-def run_trials(study: optuna.Study, objective: Callable, n_measured: int,
-               on_trial: Callable[[Progress], None],
-               catch: tuple[type[Exception], ...]) -> Progress:
-    """Run until ``n_measured`` more trials were measured (or too many samples were rejected)."""
+def run_trials(study: optuna.Study, objective: Callable, claim: Claim,
+               on_trial: Callable[[Progress], None], catch: tuple[type[Exception], ...],
+               stop: Callable[[], bool]) -> Progress:
+    """Run trials while the study's budget has room (shared with any other worker on it), or
+    until too many samples were rejected or ``stop`` says so."""
     progress = Progress(measured=0, rejected=0, best_tok_s=None)
+    give_up = MAX_REJECTED_PER_TRIAL * max(1, claim.budget.target - claim.budget.measured())
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if not trial.user_attrs.get(MEASURED_KEY):
             progress.rejected += 1
-        else:
-            progress.measured += 1
-            if trial.state == optuna.trial.TrialState.COMPLETE and _feasible(trial):
-                value = trial.values[0]
-                progress.best_tok_s = max(value, progress.best_tok_s or value)
-            on_trial(progress)
-        if (progress.measured >= n_measured
-                or progress.rejected >= MAX_REJECTED_PER_TRIAL * n_measured):
-            study.stop()
+            return
+        progress.measured += 1
+        if trial.state == optuna.trial.TrialState.COMPLETE and _feasible(trial):
+            value = trial.values[0]
+            progress.best_tok_s = max(value, progress.best_tok_s or value)
+        on_trial(progress)
 
-    study.optimize(objective, n_trials=None, callbacks=[callback], catch=catch,
-                   gc_after_trial=False)
+    while progress.rejected < give_up and claim.wait_turn(stop):
+        try:  # one trial per call: the claim lock is taken before each Optuna ask
+            study.optimize(claim.marking(objective), n_trials=1, callbacks=[callback],
+                           catch=catch, gc_after_trial=False)
+        finally:
+            claim.lock.release()  # already released unless the ask itself failed
     return progress
 
 
