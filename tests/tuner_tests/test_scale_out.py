@@ -17,7 +17,6 @@ import pytest
 import sqlalchemy as sa
 from cli_helpers import write_config
 from pg_server import postgres
-from pg_server import server_binaries
 
 from tuner import records
 from tuner.budget import WORKER_KEY
@@ -33,8 +32,7 @@ FINISHED = {"COMPLETE", "PRUNED", "FAIL"}
 
 @pytest.fixture(scope="module")
 def pg():
-    server_binaries()  # skip before starting anything
-    with postgres() as server:
+    with postgres() as server:  # skips without PostgreSQL or psycopg2
         yield server
 
 
@@ -114,7 +112,7 @@ def test_killed_workers_trial_is_failed_and_retried_by_another(pg, tmp_path):
     _wait_until(lambda: sum(_records(url).values()) == target - 1)
     # Now the survivor waits: the last of the budget is the victim's trial, still heartbeating.
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    victim.communicate(timeout=10)
     ran, err = _finish(survivor)
     assert ran == target and "waiting until those trials finish" in err
     trials = _assert_exact(url, target)
