@@ -139,3 +139,25 @@ def test_a_launch_that_fails_is_recorded_with_its_class_and_the_study_goes_on(tm
     assert {"oom", "ok"} <= {s for (s,) in statuses} and len(statuses) == 3
     excerpt = _rows(tmp_path, "select log_excerpt from dflash_tune_trials where status = 'oom'")
     assert "allocate" in excerpt[0][0]
+
+
+def test_a_launch_aware_serve_study_gates_its_winner_against_the_baseline(tmp_path):
+    """Real servers end to end: the baseline's greedy outputs are the reference, the winner's
+    last launch reproduces them (lossless), its drafter accepts > 1 token per round, and `best`
+    names it only after re-measurement."""
+    config = _config(tmp_path, trials=1)
+    raw = yaml.safe_load(config.read_text())
+    raw["tuning"] = {"strategy": "launch_aware", "launches": 5, "per_round": 2,
+                     "finalists": 1, "repeats": 2, "screen_samples": 50,
+                     "gates": {"probe_prompts": 4, "probe_tokens": 12, "soak_s": 1.0}}
+    config.write_text(yaml.safe_dump(raw))
+    run = cli("run", "-c", str(config), cwd=tmp_path, timeout=400)
+    assert run.returncode == 0, run.stderr
+    assert "probe skipped" not in run.stderr
+    trials = _rows(tmp_path, "select params_json, status, log_excerpt from dflash_tune_trials "
+                   "order by trial_number")
+    assert json.loads(trials[0][0])["speculative_algorithm"] == "none"
+    gated = [(json.loads(p), s) for p, s, excerpt in trials if excerpt == "gates passed"]
+    assert gated and all(s == "ok" for _, s in gated)
+    chosen = json.loads(cli("best", "-c", str(config), "--format", "json", cwd=tmp_path).stdout)
+    assert chosen["runs"] >= 2 and chosen["params"] in [p for p, _ in gated]

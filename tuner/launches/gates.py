@@ -29,11 +29,10 @@ class Gates:
     reference: list[str] | None = None  # the baseline's greedy outputs
     skipped: str = ""  # why the probe could not run (the backend cannot generate)
 
-    def record_reference(self, session: Session, params: dict, best: Measurement) -> None:
-        """Run on the baseline's launch: its greedy outputs are what lossless means."""
+    def record_reference(self, session: Session) -> None:
+        """Run in the baseline's launch: its greedy outputs are what lossless means."""
         if self.cfg.probe_prompts:
             self.reference = self._probe(session)
-        return None
 
     def __call__(self, session: Session, params: dict, best: Measurement) -> str | None:
         return (self.acceptance(params, best) or self.lossless(session, params)
@@ -51,8 +50,11 @@ class Gates:
     def lossless(self, session: Session, params: dict) -> str | None:
         if not self.cfg.probe_prompts or not LaunchParams.from_params(params).speculative:
             return None
+        if self.reference is None:
+            self.skipped = self.skipped or "the baseline's launch recorded no probe outputs"
+            return None
         outputs = self._probe(session)
-        if outputs is None or self.reference is None:
+        if outputs is None:
             return None
         differ = [i for i, (a, b) in enumerate(zip(outputs, self.reference)) if a != b]
         if len(differ) > self.cfg.probe_mismatches_allowed:

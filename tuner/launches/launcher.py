@@ -88,9 +88,11 @@ class Launcher:
     launches: list[Launch] = field(default_factory=list)
 
     def launch(self, params: dict[str, Any], guess: int | None = None,
-               bar: float | None = None, gates: Gate | None = None) -> Launch:
+               bar: float | None = None, gates: Gate | None = None,
+               reference: Callable[[Session], None] | None = None) -> Launch:
         """Launch ``params``; a limit whose short-window throughput is below ``bar`` is not
-        measured again (the cheap fidelity pruned it)."""
+        measured again (the cheap fidelity pruned it). ``gates`` judge the launch;
+        ``reference`` records what later launches are judged against (the baseline's outputs)."""
         self.study.enqueue_trial(params)
         with warnings.catch_warnings():
             # Heartbeats keep TPE workers' trials alive; this single process tells every trial
@@ -98,14 +100,16 @@ class Launcher:
             warnings.simplefilter("ignore", UserWarning)
             trial = self.study.ask()
         params = self.space.suggest(trial, self.context)
-        result = self._run(params, guess, bar, gates)
+        result = self._run(params, guess, bar, gates, reference)
         self._record(trial, result)
         self.launches.append(result)
         return result
 
-    def _run(self, params, guess, bar, gates) -> Launch:
+    def _run(self, params, guess, bar, gates, reference) -> Launch:
         try:
             with self.backend.session(params, self.workload) as session:
+                if reference is not None:
+                    reference(session)
                 return self._measure(session, params, guess, bar, gates)
         except LaunchFailed as error:
             return Launch(params, [], None, None, failure=error.failure,

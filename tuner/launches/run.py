@@ -15,6 +15,7 @@ from tuner.launches.gates import Gates
 from tuner.launches.launcher import Launch
 from tuner.launches.launcher import Launcher
 from tuner.launches.screen import Screen
+from tuner.launches.strategy import PROBE_REFERENCE
 from tuner.launches.strategy import LaunchAware
 from tuner.launches.strategy import Outcome
 from tuner.study import open_study
@@ -44,7 +45,8 @@ def build(cfg: Config, backend=None) -> LaunchAware:
     g = cfg.tuning.gates
     prompts = workload_prompts(cfg.model.path, min(PROBE_INPUT_LEN, workload.input_len),
                                g.probe_prompts, cfg.study.seed or 0)
-    gates = Gates(g, prompts, workload.output_len)
+    gates = Gates(g, prompts, workload.output_len,
+                  reference=launcher.study.user_attrs.get(PROBE_REFERENCE))
     return LaunchAware(launcher, screen, gates, cfg.tuning)
 
 

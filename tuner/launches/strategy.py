@@ -31,6 +31,7 @@ from tuner.launches.screen import Screen
 from tuner.selection import config_key
 
 BASELINE = {"speculative_algorithm": "none"}
+PROBE_REFERENCE = "probe_reference"  # study user attribute: the baseline's greedy outputs
 
 
 @dataclass(slots=True)
@@ -86,7 +87,10 @@ class LaunchAware:
         if not self.launcher.launches:
             base = self.screen.propose(1, set(), must=BASELINE)
             if base:
-                self._launch(base[0].params, base[0].limit, gates=self.gates.record_reference)
+                self._launch(base[0].params, base[0].limit,
+                             reference=self.gates.record_reference)
+                # Kept in the study, so a resumed run judges against the same outputs.
+                self.launcher.study.set_user_attr(PROBE_REFERENCE, self.gates.reference)
         while self.left > self._finals_budget():
             self.screen.calibrate(self._observations())
             launched = set(self._runs())
@@ -125,8 +129,8 @@ class LaunchAware:
     # --- helpers ----------------------------------------------------------------------------
 
     def _launch(self, params: dict, guess: int | None, bar: float | None = None,
-                gates=None) -> Launch:
-        result = self.launcher.launch(params, guess, bar, gates)
+                gates=None, reference=None) -> Launch:
+        result = self.launcher.launch(params, guess, bar, gates, reference)
         self.on_launch(result)
         return result
 
