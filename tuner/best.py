@@ -33,6 +33,7 @@ class BestResult:
     experimental: bool
     limits: list[Limit]
     target_concurrency: int
+    trials: list[TrialRecord]
 
     def as_dict(self) -> dict[str, Any]:
         t = self.chosen.trial
@@ -78,7 +79,7 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
     lp = LaunchParams.from_params(chosen.trial.params)
     return BestResult(chosen=chosen, front=front, engine=engine, argv=argv_of(chosen.trial),
                       env=render_env(engine, lp, version), experimental=is_experimental(engine, lp),
-                      limits=limits, target_concurrency=target)
+                      limits=limits, target_concurrency=target, trials=trials)
 
 
 def ranking_of(cfg: Config, trials: list[TrialRecord]) -> Ranking:

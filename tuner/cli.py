@@ -80,12 +80,23 @@ def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt =
              "--emit-flags", help="Print only the launch command on stdout.")] = False,
          backend: Annotated[Engine | None, typer.Option(
              help="Engine whose flags to emit (default: the study's).")] = None,
-         fmt: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.shell) -> None:
+         fmt: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.shell,
+         schedule: Annotated[bool, typer.Option(
+             "--schedule", help="Print only, as JSON, the best speculation setting per "
+             "concurrency band for the chosen parallelism layout.")] = False) -> None:
     """Pick the best configuration under the SLA and print how to launch it."""
     from tuner.best import find_best, format_command, format_record
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
     result = find_best(cfg, backend.value if backend else None, sla)
+    if schedule:
+        import json
+
+        from tuner.schedule import budget_schedule
+
+        render.emit(json.dumps(budget_schedule(result.trials, result.chosen.params,
+                                               result.limits), indent=2))
+        return
     if not emit_flags:
         _best_table(result)
     if result.experimental:

@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -157,3 +158,32 @@ def _safe_records(folder: Path) -> list[tuple]:
         return []
 
 
+
+
+def test_best_schedule_gives_the_best_speculation_setting_per_concurrency_band(studied):
+    result = cli("best", "--schedule", cwd=studied)
+    assert result.returncode == 0, result.stderr
+    schedule = json.loads(result.stdout)
+    bands = schedule["bands"]
+    assert bands and schedule["layout"]["tp_size"] in (4, 8)
+    assert bands[0]["min_concurrency"] == 1
+    for before, after in zip(bands, bands[1:]):  # contiguous, ordered, each a different choice
+        assert before["max_concurrency"] < after["min_concurrency"]
+        assert {k: v for k, v in before.items() if k.startswith("speculative")} != {
+            k: v for k, v in after.items() if k.startswith("speculative")}
+    # Each band's choice is the setting with the best median at its levels (same layout, SLA).
+    with sqlite3.connect(studied / "results.db") as db:
+        rows = db.execute("select t.params_json, m.concurrency, m.output_tok_s, m.tpot_p50_ms "
+                          "from dflash_tune_measurements m join dflash_tune_trials t on "
+                          "t.trial_number = m.trial_number where t.status = 'ok'").fetchall()
+    layout = schedule["layout"]
+    for band in bands:
+        c, by_setting = band["min_concurrency"], {}
+        for params_json, level, rate, tpot in rows:
+            params = json.loads(params_json)
+            if level == c and tpot <= 100 and all(params.get(k) == v for k, v in layout.items()):
+                setting = tuple(sorted((k, v) for k, v in params.items()
+                                       if k.startswith("speculative")))
+                by_setting.setdefault(setting, []).append(rate)
+        assert band["output_tok_s"][str(c)] == pytest.approx(
+            max(statistics.median(v) for v in by_setting.values()))
