@@ -8,9 +8,9 @@ to their clocks; ``real_time`` > 0 also sleeps that fraction of it (for crash an
 tests that need a trial to take a while).
 
 Noise: a real node varies from launch to launch (clocks, placement, compiled graphs) and from
-window to window. Each launch draws one factor, each level another whose spread shrinks with
-the square root of its request count; together they have a relative SD of ``noise`` at
-``reference_requests``. Throughput is multiplied by the product, latencies divided by it.
+window to window. Each launch draws one factor (``launch_share`` of the variance), each level
+another whose spread shrinks with the square root of its request count; together they have a
+relative SD of ``noise`` at ``reference_requests``. Throughput is multiplied by the product, latencies divided by it.
 """
 
 from __future__ import annotations
@@ -41,12 +41,17 @@ class Simulation:
     noise: float = 0.15  # relative SD of one level measured with reference_requests
     launch_s: float = 180.0  # virtual seconds per launch
     reference_requests: int = 64
+    # Share of the variance that comes from the launch (clocks, placement, compiled graphs)
+    # rather than the window; repeats inside one launch do not average it away.
+    launch_share: float = 0.5
     real_time: float = 0.0  # fraction of virtual time actually slept
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.noise < 0 or self.launch_s < 0 or not 0 <= self.real_time <= 1:
             raise ValueError("noise and launch_s must be >= 0, real_time in [0, 1]")
+        if not 0 <= self.launch_share <= 1:
+            raise ValueError("launch_share must be in [0, 1]")
         if self.reference_requests < 1:
             raise ValueError("reference_requests must be >= 1")
 
@@ -91,7 +96,7 @@ class _NoisySession(Session):
                  rng: random.Random) -> None:
         super().__init__()
         self.truth, self.sim, self.workload, self.rng = truth, sim, workload, rng
-        self.launch_factor = self._factor(sim.noise / math.sqrt(2))
+        self.launch_factor = self._factor(sim.noise * math.sqrt(sim.launch_share))
 
     def measure(self, concurrency: int, requests: int | None = None) -> Measurement:
         return self._level(concurrency, requests)  # virtual time only, not the wall clock
@@ -101,7 +106,8 @@ class _NoisySession(Session):
         if not exact.ok:
             return replace(exact, predicted=False)
         n = requests or max(2 * concurrency, 8)
-        spread = self.sim.noise / math.sqrt(2) * math.sqrt(self.sim.reference_requests / n)
+        window = self.sim.noise * math.sqrt(1 - self.sim.launch_share)
+        spread = window * math.sqrt(self.sim.reference_requests / n)
         noisy = _scaled(exact, self.launch_factor * self._factor(spread))
         seconds = n * self.workload.output_len / max(exact.output_tok_s, 1e-9)
         self.clock.measure_s += seconds

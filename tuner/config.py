@@ -120,6 +120,7 @@ class SimulationConfig(_Section):
     noise: float = Field(0.15, ge=0.0, le=1.0)
     launch_s: float = Field(180.0, ge=0.0)
     reference_requests: int = Field(64, ge=1)
+    launch_share: float = Field(0.5, ge=0.0, le=1.0)  # of the variance, from the launch
     real_time: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
     # The truth's own constants and drafter acceptance (default: backend.efficiency and

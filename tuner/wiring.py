@@ -50,7 +50,7 @@ def backend_from(cfg: Config) -> Backend:
         sim = cfg.backend.simulation
         options["simulation"] = Simulation(
             noise=sim.noise, launch_s=sim.launch_s, reference_requests=sim.reference_requests,
-            real_time=sim.real_time, seed=sim.seed)
+            launch_share=sim.launch_share, real_time=sim.real_time, seed=sim.seed)
         options["truth_efficiency"] = sim.efficiency and Efficiency(**sim.efficiency)
         options["truth_acceptance"] = sim.acceptance
     return get_backend(cfg.backend.name, deployment_from(cfg), **options)

@@ -118,3 +118,19 @@ def test_a_client_that_leaves_mid_stream_frees_its_row(server):
     assert loop.counters.running == 0
     # Freed early, not run to its 200 tokens.
     assert loop.counters.generated_tokens - before < 150
+
+
+def test_the_drain_check_sees_requests_in_flight_and_an_idle_server(server):
+    from backends.drain import busy_requests
+
+    client, loop, _ = server
+    with client.stream("POST", "/v1/completions", json={
+            "prompt": PROMPTS[4], "max_tokens": 200, "ignore_eos": True, "stream": True,
+            "temperature": 0}) as response:
+        next(response.iter_lines())
+        assert busy_requests(client, "dflash") >= 1
+    deadline = time.monotonic() + 10
+    while busy_requests(client, "dflash") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert busy_requests(client, "dflash") == 0
+    assert busy_requests(client, "none") is None  # a flavor without the gauges cannot tell

@@ -69,3 +69,15 @@ def test_a_limit_even_concurrency_1_misses_gives_no_best():
     with backend.session(DFLASH, workload) as session:
         found = search_limit(session.measure, [Limit("tpot_p50_ms", "<=", 0.01)], 256)
     assert found.best is None and [m.concurrency for m in found.points] == [1]
+
+
+def test_launch_share_splits_the_noise_between_launch_and_window():
+    backend, workload = _backend(launch_share=1.0)  # all of it per launch
+    exact = backend.truth.measure(DFLASH, workload)[-1].output_tok_s
+    factors = []
+    for _ in range(50):
+        with backend.session(DFLASH, workload) as session:
+            a, b = (session.measure(256, n).output_tok_s for n in (8, 512))
+        assert a == pytest.approx(b)  # one factor for the whole launch, whatever the window
+        factors.append(a / exact)
+    assert statistics.pstdev(factors) == pytest.approx(0.15, rel=0.3)

@@ -100,7 +100,11 @@ class Launcher:
             warnings.simplefilter("ignore", UserWarning)
             trial = self.study.ask()
         params = self.space.suggest(trial, self.context)
-        result = self._run(params, guess, bar, gates, reference)
+        try:
+            result = self._run(params, guess, bar, gates, reference)
+        except BaseException:  # Ctrl-C mid-launch: the server is gone, the trial did not count
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
         self._record(trial, result)
         self.launches.append(result)
         return result

@@ -29,10 +29,6 @@ class LimitSearch:
     points: list[Measurement] = field(default_factory=list)
     best: Measurement | None = None
 
-    @property
-    def failure(self) -> Measurement | None:
-        return next((m for m in self.points if not m.ok), None)
-
 
 class _Failed(Exception):
     """A level failed (the server died, a request errored): stop measuring this launch."""

@@ -28,7 +28,6 @@ from tuner.records import GATES_PASSED
 from tuner.launches.launcher import Launch
 from tuner.launches.launcher import Launcher
 from tuner.launches.screen import Screen
-from tuner.selection import config_key
 
 BASELINE = {"speculative_algorithm": "none"}
 PROBE_REFERENCE = "probe_reference"  # study user attribute: the baseline's greedy outputs
