@@ -9,8 +9,10 @@ round emits together share a timestamp, as a streaming server would deliver them
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from backends.base import Backend, FailureClass, Measurement, Workload
@@ -20,6 +22,7 @@ from backends.flags import UnsupportedParams, render_command
 from backends.latency import LevelResult, RequestResult
 from backends.launch_params import InvalidParams, LaunchParams
 from backends.prompts import workload_prompts
+from backends.session import LaunchFailed, Session
 
 
 class InProcessBackend(Backend):
@@ -39,25 +42,30 @@ class InProcessBackend(Backend):
 
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
         try:
+            with self.session(params, workload) as session:
+                return [session.measure(c) for c in workload.concurrency]
+        except LaunchFailed as error:
+            return [Measurement.failed(c, error.failure, error.log_excerpt)
+                    for c in workload.concurrency]
+
+    @contextlib.contextmanager
+    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
+        """A 'launch' builds the engine for ``params`` (the models stay loaded across them)."""
+        began = time.perf_counter()
+        try:
             self.flags(params)  # what the server could not express, this cannot run either
-            return self._measure(LaunchParams.from_params(params), workload)
+            engine, spec = self._engine(LaunchParams.from_params(params), workload)
+            engine.check_spec(spec)  # e.g. a block larger than the drafter's fails here, not later
         except UnsupportedParams as error:
-            return _failed(workload, FailureClass.UNSUPPORTED, str(error))
+            raise LaunchFailed(FailureClass.UNSUPPORTED, str(error)) from error
         except InvalidParams as error:
-            return _failed(workload, FailureClass.INVALID_CONFIG, str(error))
+            raise LaunchFailed(FailureClass.INVALID_CONFIG, str(error)) from error
         except Exception as error:  # the engine's own failure: classified like a server log
             text = f"{type(error).__name__}: {error}"
-            return _failed(workload, classify(None, text), text)
-
-    def _measure(self, launch: LaunchParams, workload: Workload) -> list[Measurement]:
-        engine, spec = self._engine(launch, workload)
-        prompts = workload_prompts(self.deployment.target.model_path, workload.input_len,
-                                   64, self.seed)
-        sampling = self._sampling(workload)
-        self._closed_loop(engine, spec, prompts, sampling, 1, self.warmup_requests)
-        return [self._closed_loop(engine, spec, prompts, sampling, c,
-                                  self.requests_per_level or max(2 * c, 8)).measurement()
-                for c in workload.concurrency]
+            raise LaunchFailed(classify(None, text), text) from error
+        session = _EngineSession(self, engine, spec, workload)
+        session.clock.launch_s = time.perf_counter() - began
+        yield session
 
     def _engine(self, launch: LaunchParams, workload: Workload):
         from dflash_core import DFlashProposer, Engine, EngineConfig
@@ -101,6 +109,43 @@ class InProcessBackend(Backend):
         with torch.inference_mode():
             return _ClosedLoop(engine.open_batch(spec, seed=self.seed), prompts, sampling,
                                concurrency, total).run()
+
+
+class _EngineSession(Session):
+    def __init__(self, backend: InProcessBackend, engine, spec, workload: Workload) -> None:
+        super().__init__()
+        self.backend, self.engine, self.spec = backend, engine, spec
+        self.prompts = workload_prompts(backend.deployment.target.model_path,
+                                        workload.input_len, 64, backend.seed)
+        self.sampling = backend._sampling(workload)
+        self.warm = False
+
+    def _level(self, concurrency: int, requests: int | None) -> Measurement:
+        b = self.backend
+        try:
+            if not self.warm:  # first-call work (allocations, kernels) stays out of the numbers
+                b._closed_loop(self.engine, self.spec, self.prompts, self.sampling, 1,
+                               b.warmup_requests)
+                self.warm = True
+            total = requests or b.requests_per_level or max(2 * concurrency, 8)
+            return b._closed_loop(self.engine, self.spec, self.prompts, self.sampling,
+                                  concurrency, total).measurement()
+        except Exception as error:
+            text = f"{type(error).__name__}: {error}"
+            return Measurement.failed(concurrency, classify(None, text), text)
+
+    def generate(self, prompts: list[list[int]], max_tokens: int) -> list[str]:
+        import torch
+
+        from dflash_core import SamplingParams
+
+        step, texts = self.engine.config.max_batch, []
+        with torch.inference_mode():
+            for i in range(0, len(prompts), step):  # never more at once than the running cap
+                out = self.engine.generate(prompts[i:i + step],
+                                           SamplingParams(max_tokens=max_tokens), self.spec)
+                texts += [" ".join(map(str, tokens)) for tokens in out.tokens]
+        return texts
 
 
 class _ClosedLoop:

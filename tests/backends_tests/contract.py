@@ -26,6 +26,7 @@ from backends import FailureClass
 from backends import LaunchParams
 from backends import Measurement
 from backends import Workload
+from backends.session import LaunchFailed
 
 
 def _abstract(name: str):
@@ -133,3 +134,18 @@ class BackendContract:
             back = json.loads(json.dumps(m.to_dict()))
             assert back["concurrency"] == m.concurrency
             assert back["failure"] == (m.failure.value if m.failure else None)
+
+    def test_a_session_measures_levels_one_at_a_time(self, backend, good_params, workload):
+        with backend.session(good_params, workload) as session:
+            rows = [session.measure(c) for c in reversed(workload.concurrency)]
+        assert [m.concurrency for m in rows] == list(reversed(workload.concurrency))
+        assert all(m.ok and m.output_tok_s > 0 for m in rows)
+        assert session.clock.launch_s >= 0 and session.clock.measure_s >= 0
+
+    def test_a_session_that_cannot_launch_raises_launch_failed(self, backend, bad_params,
+                                                               workload):
+        for why, params in bad_params.items():
+            with pytest.raises(LaunchFailed) as failed:
+                with backend.session(params, workload):
+                    pass
+            assert failed.value.failure.is_deterministic, why

@@ -99,3 +99,24 @@ class TestInProcessBackendContract(BackendContract):
     @pytest.fixture
     def oom_params(self):
         return {**TINY_GOOD, "max_running_requests": 10**9}  # a KV cache of petabytes
+
+
+def test_in_process_greedy_probe_of_speculative_configs_equals_the_baseline(inprocess_backend):
+    """The losslessness gate's evidence, from real engines: DFlash and DDTree launches answer
+    the probe with exactly the baseline's greedy tokens."""
+    from tuner.config import GatesConfig
+    from tuner.launches.gates import Gates
+
+    workload = Workload(input_len=32, output_len=12, concurrency=(1,))
+    prompts = [[100 + 7 * i + j for j in range(24)] for i in range(6)]
+    gates = Gates(GatesConfig(probe_prompts=6, probe_tokens=10, soak_s=0.0), prompts, 12)
+    with inprocess_backend.session(TINY_GOOD, workload) as baseline:
+        gates.record_reference(baseline)
+    assert len(gates.reference) == 6 and all(len(t.split()) == 10 for t in gates.reference)
+    for spec in ({"speculative_algorithm": "dflash"},
+                 {"speculative_algorithm": "ddtree", "speculative_ddtree_budget": 16}):
+        params = {**TINY_GOOD, **spec}
+        with inprocess_backend.session(params, workload) as session:
+            best = session.measure(1)
+            assert gates(session, params, best) is None
+            assert best.accept_len_mean > 1.1
