@@ -22,7 +22,7 @@ from backends.flags import UnsupportedParams, render_command
 from backends.latency import LevelResult, RequestResult
 from backends.launch_params import InvalidParams, LaunchParams
 from backends.prompts import workload_prompts
-from backends.session import LaunchFailed, Session
+from backends.session import LaunchFailed, Session, measure_in_one_launch
 
 
 class InProcessBackend(Backend):
@@ -41,12 +41,7 @@ class InProcessBackend(Backend):
         return render_command("dflash", LaunchParams.from_params(params), self.deployment.target)
 
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        try:
-            with self.session(params, workload) as session:
-                return [session.measure(c) for c in workload.concurrency]
-        except LaunchFailed as error:
-            return [Measurement.failed(c, error.failure, error.log_excerpt)
-                    for c in workload.concurrency]
+        return measure_in_one_launch(self, params, workload)
 
     @contextlib.contextmanager
     def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:

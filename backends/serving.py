@@ -25,7 +25,7 @@ from backends.launch_params import InvalidParams, LaunchParams
 from backends.loadgen import LoadSpec, run_load
 from backends.prompts import held_out_prompts, random_prompts
 from backends.server import RunningServer, ServerError, ServerSpec, free_port, launched
-from backends.session import LaunchFailed, Session
+from backends.session import LaunchFailed, Session, measure_in_one_launch
 
 
 class ServerBackend(Backend):
@@ -51,11 +51,7 @@ class ServerBackend(Backend):
                           self.deployment.engine_version)
 
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        try:
-            with self.session(params, workload) as session:
-                return [session.measure(c) for c in workload.concurrency]
-        except LaunchFailed as error:
-            return _failed(workload, error.failure, error.log_excerpt)
+        return measure_in_one_launch(self, params, workload)
 
     @contextlib.contextmanager
     def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
@@ -143,10 +139,6 @@ class _ServerSession(Session):
 def _completion_text(response: httpx.Response) -> str:
     response.raise_for_status()
     return response.json()["choices"][0]["text"]
-
-
-def _failed(workload: Workload, failure: FailureClass, excerpt: str) -> list[Measurement]:
-    return [Measurement.failed(c, failure, excerpt) for c in workload.concurrency]
 
 
 class SGLangBackend(ServerBackend):

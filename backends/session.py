@@ -78,3 +78,14 @@ class PerLevelSession(Session):
     def _level(self, concurrency: int, requests: int | None) -> Measurement:
         one = replace(self.workload, concurrency=(concurrency,))
         return self.backend.measure(self.params, one)[0]
+
+
+def measure_in_one_launch(backend, params: dict, workload) -> list[Measurement]:
+    """``Backend.measure`` for backends with sessions: every level of ``workload`` in one
+    launch, in order; a launch that fails fails every level with its class and excerpt."""
+    try:
+        with backend.session(params, workload) as session:
+            return [session.measure(c) for c in workload.concurrency]
+    except LaunchFailed as error:
+        return [Measurement.failed(c, error.failure, error.log_excerpt)
+                for c in workload.concurrency]

@@ -28,8 +28,8 @@ from typing import ClassVar
 from backends.base import Backend
 from backends.base import Measurement
 from backends.base import Workload
-from backends.session import LaunchFailed
 from backends.session import Session
+from backends.session import measure_in_one_launch
 
 _LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms",
               "itl_p99_ms")
@@ -72,12 +72,7 @@ class SimulatedBackend(Backend):
         return self.truth.env(params)
 
     def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        try:
-            with self.session(params, workload) as session:
-                return [session.measure(c) for c in workload.concurrency]
-        except LaunchFailed as error:
-            return [Measurement.failed(c, error.failure, error.log_excerpt)
-                    for c in workload.concurrency]
+        return measure_in_one_launch(self, params, workload)
 
     @contextlib.contextmanager
     def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
