@@ -38,7 +38,7 @@ class Objective:
     limits: Sequence[Limit]
     study_name: str
     engine: Any  # sqlalchemy Engine for our records
-    gate: InterruptGate
+    gate: InterruptGate | None  # set by whoever runs the trials (Ctrl-C handling)
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
         params = self.space.suggest(trial, self.context)

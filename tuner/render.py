@@ -36,8 +36,8 @@ def error(text: str) -> None:
 
 
 @contextmanager
-def trial_progress(total: int, already: int) -> Iterator[Any]:
-    columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+def trial_progress(total: int, already: int, what: str = "trials") -> Iterator[Any]:
+    columns = (TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
     with Progress(*columns, console=human, transient=False) as bar:
         task = bar.add_task("trials", total=total, completed=already, best="-")

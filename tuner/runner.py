@@ -13,6 +13,7 @@ from tuner.budget import RetryUnrecorded
 from tuner.claim import Claim
 from tuner.claim_lock import claim_lock
 from tuner.config import Config
+from tuner.finals import confirm_finalists
 from tuner.interrupt import graceful_interrupt
 from tuner.objective import Objective
 from tuner.objective import TransientFailure
@@ -37,20 +38,24 @@ def run_study(cfg: Config) -> int:
     backend, context = backend_from(cfg), space_context(cfg)
     claim = _join_study(cfg)
     done, n_trials = claim.budget.measured(), cfg.study.n_trials
+    study = claim.budget.study
+    objective = Objective(
+        space=space, context=context, backend=backend,
+        workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
+        limits=cfg.workload.limits, study_name=cfg.study.name, engine=claim.budget.engine,
+        gate=None)
+    confirm = not backend.predicts and cfg.tuning.repeats > 1
     if done >= n_trials:
         render.note(f"study {cfg.study.name!r} already has {done} trials "
                     f"(n_trials={n_trials}); raise --trials to run more")
+        if confirm:  # an interrupted run may have left finalists owing re-measurements
+            _confirm(cfg, study, objective)
         return 0
     if done:
         render.note(f"resuming study {cfg.study.name!r}: {done} trials kept, "
                     f"{n_trials - done} to go")
-    study = claim.budget.study
     with graceful_interrupt() as gate, render.trial_progress(n_trials, done) as update:
-        objective = Objective(
-            space=space, context=context, backend=backend,
-            workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
-            limits=cfg.workload.limits, study_name=cfg.study.name, engine=claim.budget.engine,
-            gate=gate)
+        objective.gate = gate
         progress = run_trials(study, objective, claim, lambda p: update(p.best_tok_s),
                               catch=(TransientFailure,), stop=lambda: gate.requested)
     if progress.rejected:
@@ -59,7 +64,18 @@ def run_study(cfg: Config) -> int:
     if claim.budget.measured() < n_trials:  # not interrupted: that raised on the way out
         render.note(f"stopped after {progress.measured} measured trials: the sampler keeps "
                     "proposing samples the space's constraints reject", "yellow")
+    elif confirm:
+        _confirm(cfg, study, objective)
     return progress.measured
+
+
+def _confirm(cfg: Config, study, objective: Objective) -> None:
+    with graceful_interrupt() as gate, render.trial_progress(
+            cfg.tuning.finalists * cfg.tuning.repeats, 0, "finals") as update:
+        objective.gate = gate
+        ran = confirm_finalists(cfg, study, objective, (TransientFailure,),
+                                lambda: gate.requested, lambda: update(None))
+    render.note(f"{ran} finalist re-measurements in fresh launches")
 
 
 def _join_study(cfg: Config) -> Claim:

@@ -140,8 +140,9 @@ def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
     if not confirmed:
         raise NoResultError(
             f"no configuration has been measured {ranking.min_runs} times yet (measurements are "
-            "noisy; a single good run proves little); tuning.strategy: launch_aware re-measures "
-            "finalists in fresh launches, or set tuning.repeats: 1 to accept single runs")
+            "noisy; a single good run proves little); `dflash-tune run` re-measures the "
+            "finalists in fresh launches when its trials are done, or set tuning.repeats: 1 to "
+            "accept single runs")
     front = pareto_front(confirmed)
     return front[0], front
 
