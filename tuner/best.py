@@ -34,6 +34,7 @@ class BestResult:
     limits: list[Limit]
     target_concurrency: int
     trials: list[TrialRecord]
+    ranking: Ranking
 
     def as_dict(self) -> dict[str, Any]:
         t = self.chosen.trial
@@ -74,12 +75,14 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
             return None
 
     trials = records.load_trials(db, cfg.study.name)
+    ranking = ranking_of(run_cfg, trials)
     chosen, front = choose(trials, target, limits, usable=lambda t: argv_of(t) is not None,
-                           ranking=ranking_of(run_cfg, trials))
+                           ranking=ranking)
     lp = LaunchParams.from_params(chosen.trial.params)
     return BestResult(chosen=chosen, front=front, engine=engine, argv=argv_of(chosen.trial),
                       env=render_env(engine, lp, version), experimental=is_experimental(engine, lp),
-                      limits=limits, target_concurrency=target, trials=trials)
+                      limits=limits, target_concurrency=target, trials=trials,
+                      ranking=ranking)
 
 
 def ranking_of(cfg: Config, trials: list[TrialRecord]) -> Ranking:

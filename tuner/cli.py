@@ -179,11 +179,16 @@ fixtures_app.command("build")(engine_cli.fixtures_build)
 
 
 def _best_table(result) -> None:
-    rows = [(c.trial.trial_number, "*" if c is result.chosen else "", c.throughput, c.per_user,
-             _summary(c.trial.params)) for c in result.front[:10]]
-    render.table(f"Pareto front at concurrency {result.target_concurrency} "
-                 f"(SLA: {', '.join(map(str, result.limits)) or 'none'})",
-                 ["trial", "", "output tok/s", "tok/s/user @1", "configuration"], rows)
+    noisy = result.ranking.prior_rel_sd > 0  # measured: medians of runs, ranked by a bound
+    rows = [(c.trial.trial_number, "*" if c is result.chosen else "", c.throughput,
+             *((c.runs, c.score) if noisy else ()), c.per_user, _summary(c.trial.params))
+            for c in result.front[:10]]
+    where = ("at each configuration's SLA limit" if result.ranking.point == "at_sla_limit"
+             else f"at concurrency {result.target_concurrency}")
+    columns = ["trial", "", "output tok/s" + (" (median)" if noisy else ""),
+               *(("runs", "score") if noisy else ()), "tok/s/user @1", "configuration"]
+    render.table(f"Pareto front {where} (SLA: {', '.join(map(str, result.limits)) or 'none'})",
+                 columns, rows)
 
 
 def _summary(params: dict) -> str:

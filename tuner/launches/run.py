@@ -55,7 +55,7 @@ def run_launch_aware(cfg: Config) -> Outcome:
     done = len(strategy.launcher.launches)
     if done:
         render.note(f"resuming study {cfg.study.name!r}: {done} launches kept")
-    with render.trial_progress(cfg.tuning.launches, done) as update:
+    with render.trial_progress(cfg.tuning.launches, done, "launches") as update:
         best: list[float] = []
 
         def shown(launch: Launch) -> None:
@@ -77,3 +77,6 @@ def _report(outcome: Outcome, strategy: LaunchAware) -> None:
     if outcome.winner is None:
         render.note("no configuration passed the finals within the launch budget; raise "
                     "tuning.launches", "yellow")
+        return
+    label = LaunchParams.from_params(outcome.winner).label()
+    render.note(f"winner after {outcome.runs} launches of it, gates passed: {label}")
