@@ -47,13 +47,13 @@ TRUTH = {"efficiency": {"bandwidth_efficiency": 0.5, "collective_latency_us": 70
 
 
 def config(seed: int, noise: float, launch_s: float, strategy: str, db: Path,
-           launches: int, launch_share: float = 0.5) -> Config:
+           launches: int, launch_share: float = 0.5, repeats: int = 3) -> Config:
     return load_config(None, {
         "study.name": f"{strategy}-{seed}", "study.storage": f"sqlite:///{db}",
         "study.seed": seed, "backend.name": "simulated",
         "backend.simulation": {"noise": noise, "launch_s": launch_s, "seed": seed,
                                "launch_share": launch_share, **TRUTH},
-        "tuning.strategy": strategy, "tuning.launches": launches,
+        "tuning.strategy": strategy, "tuning.launches": launches, "tuning.repeats": repeats,
         "tuning.gates": {"soak_s": 0.0}})
 
 
@@ -139,6 +139,7 @@ def main() -> None:
     ap.add_argument("--launch-share", type=float, default=0.5,
                     help="share of the noise variance drawn once per launch")
     ap.add_argument("--launches", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=3, help="tuning.repeats of launch_aware")
     ap.add_argument("--tpe-budgets", default="24,48,96")
     ap.add_argument("--tolerance", type=float, default=0.03)
     ap.add_argument("--json", type=Path)
@@ -154,9 +155,10 @@ def main() -> None:
     runs: dict[str, list[tuple[float, float]]] = {}
     for seed in range(args.seeds):
         cfg = config(seed, args.noise, args.launch_s, "launch_aware", tmp / f"{seed}.db",
-                     args.launches, args.launch_share)
+                     args.launches, args.launch_share, args.repeats)
         params, launch_s = launch_aware(cfg)
-        runs.setdefault(f"launch_aware ({args.launches} launches)", []).append(
+        runs.setdefault(f"launch_aware ({args.launches} launches, {args.repeats} repeats)",
+                        []).append(
             (truth.value(params) if params else 0.0, launch_s))
         for budget in [int(b) for b in args.tpe_budgets.split(",") if b]:
             params, launch_s = plain_tpe(cfg, budget)

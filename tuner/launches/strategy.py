@@ -30,7 +30,10 @@ from tuner.launches.launcher import Launcher
 from tuner.launches.screen import Screen
 
 BASELINE = {"speculative_algorithm": "none"}
-PROBE_REFERENCE = "probe_reference"  # study user attribute: the baseline's greedy outputs
+PROBE_REFERENCE = "probe_reference"
+# The model is never trusted beyond this relative error: its residuals are estimated from a
+# few dozen noisy runs, and an exact-looking fit is still only a model.
+MODEL_ERROR_FLOOR = 0.02  # study user attribute: the baseline's greedy outputs
 
 
 @dataclass(slots=True)
@@ -165,7 +168,7 @@ class LaunchAware:
         if len(logs) < 4:
             return 1.0  # too few to judge the model: trust the runs
         excess = statistics.pvariance(logs) - noise ** 2
-        return math.sqrt(max(excess, 0.0) + (0.02) ** 2)
+        return math.sqrt(max(excess, 0.0) + MODEL_ERROR_FLOOR ** 2)
 
     def _ranked(self) -> list[str]:
         scores = self._scores()
