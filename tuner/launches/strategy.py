@@ -119,7 +119,9 @@ class LaunchAware:
                 return next((passed[k] for k in ranked if k in passed), None)
             owing = [k for rank, k in enumerate(pool)
                      if len(self._runs()[k]) < self._needed(rank) - (rank == 0)]
-            if owing:  # the best-ranked finalist still owing runs goes first
+            # The best-ranked finalist owing runs goes first; the last launch always gates the
+            # leader, however re-measurement reshuffled the finalists.
+            if owing and self.left > 1:
                 self._relaunch(owing[0])
                 continue
             leader = self._relaunch(pool[0], gated=True)
