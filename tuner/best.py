@@ -18,6 +18,7 @@ from tuner.errors import NoResultError
 from tuner.records import TrialRecord
 from tuner.selection import Candidate
 from tuner.selection import Ranking
+from tuner.selection import config_key
 from tuner.selection import choose
 from tuner.sla import Limit
 from tuner.wiring import launch_target_from
@@ -75,7 +76,7 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
             return None
 
     trials = records.load_trials(db, cfg.study.name)
-    ranking = ranking_of(run_cfg, trials)
+    ranking = ranking_of(run_cfg, trials, records.load_winner(db, cfg.study.name))
     chosen, front = choose(trials, target, limits, usable=lambda t: argv_of(t) is not None,
                            ranking=ranking)
     lp = LaunchParams.from_params(chosen.trial.params)
@@ -85,17 +86,19 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
                       ranking=ranking)
 
 
-def ranking_of(cfg: Config, trials: list[TrialRecord]) -> Ranking:
+def ranking_of(cfg: Config, trials: list[TrialRecord], winner: dict | None = None) -> Ranking:
     """How the study's runs become scores: a launch-aware study compares configurations at
     their own SLA limits; measured (noisy) numbers need ``tuning.repeats`` runs and are ranked
-    by a lower bound, predicted ones are exact."""
+    by a lower bound, predicted ones are exact. A launch-aware study's finals crowned ``winner``
+    weighing the calibrated model too; it stands while it meets the SLA asked for."""
     t = cfg.tuning
     noisy = any(not row.get("predicted", True) for trial in trials
                 for row in trial.measurements.values())
     return Ranking(point="at_sla_limit" if t.strategy == "launch_aware" else "at_target",
                    min_runs=t.repeats if noisy else 1, penalty=t.mad_penalty,
                    prior_rel_sd=t.noise_prior if noisy else 0.0,
-                   gated_only=t.strategy == "launch_aware")
+                   gated_only=t.strategy == "launch_aware",
+                   winner=config_key(winner) if winner else None)
 
 
 def format_command(result: BestResult, fmt: str) -> str:

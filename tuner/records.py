@@ -68,6 +68,17 @@ measurements = sa.Table(
 GATES_PASSED = "gates passed"
 
 
+# The configuration a launch-aware study's finals crowned (the latest row counts): `best` names it
+# rather than re-ranking the gated finalists by their runs alone.
+winners = sa.Table(
+    "dflash_tune_winners", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("study", sa.String(512), nullable=False, index=True),
+    sa.Column("params_json", sa.Text, nullable=False),
+    sa.Column("decided_at", sa.DateTime, nullable=False),
+)
+
+
 @dataclass(slots=True)
 class TrialRecord:
     trial_number: int
@@ -120,6 +131,20 @@ def load_study_config(engine: sa.Engine, name: str) -> dict[str, Any] | None:
 def study_names(engine: sa.Engine) -> list[str]:
     with engine.connect() as conn:
         return list(conn.execute(sa.select(studies.c.name).order_by(studies.c.name)).scalars())
+
+
+def save_winner(engine: sa.Engine, study: str, params: dict[str, Any]) -> None:
+    with engine.begin() as conn:
+        conn.execute(winners.insert().values(study=study, decided_at=_now(),
+                                             params_json=json.dumps(params, sort_keys=True)))
+
+
+def load_winner(engine: sa.Engine, study: str) -> dict[str, Any] | None:
+    query = (sa.select(winners.c.params_json).where(winners.c.study == study)
+             .order_by(winners.c.id.desc()).limit(1))
+    with engine.connect() as conn:
+        row = conn.execute(query).scalar()
+    return json.loads(row) if row else None
 
 
 def save_trial(engine: sa.Engine, study: str, record: TrialRecord,

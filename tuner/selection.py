@@ -37,6 +37,7 @@ class Ranking:
     penalty: float = 1.0  # standard errors subtracted from the median
     prior_rel_sd: float = 0.0  # assumed noise while a configuration has < 3 runs
     gated_only: bool = False  # only configurations with a launch that passed the gates
+    winner: str | None = None  # config key the study's own finals chose: chosen if it qualifies
 
 
 @dataclass(slots=True, frozen=True)
@@ -144,7 +145,10 @@ def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
             "finalists in fresh launches when its trials are done, or set tuning.repeats: 1 to "
             "accept single runs")
     front = pareto_front(confirmed)
-    return front[0], front
+    crowned = next((c for c in confirmed if config_key(c.params) == ranking.winner), None)
+    if crowned is None:
+        return front[0], front
+    return crowned, [crowned] + [c for c in front if c is not crowned]
 
 
 def _dominates(a: Candidate, b: Candidate) -> bool:

@@ -11,6 +11,8 @@ from tuner.records import GATES_PASSED
 from tuner.records import TrialRecord
 from tuner.selection import Ranking
 from tuner.selection import choose
+from tuner.selection import config_key
+from tuner.sla import Limit
 
 NOISY = Ranking(min_runs=3, penalty=1.0, prior_rel_sd=0.2)
 
@@ -67,3 +69,19 @@ def test_lower_bound_and_blend():
     # A model with a tiny error dominates noisy runs; a useless one leaves the runs' bound.
     assert robust.blended_score([120.0], 100.0, 0.001, 0.2, 0.0) == pytest.approx(100.0, 0.01)
     assert robust.blended_score([120.0], 100.0, 100.0, 0.2, 0.0) == pytest.approx(120.0, 0.01)
+
+
+def test_the_winner_a_launch_aware_study_crowned_stands_while_it_qualifies():
+    gated = [run(i, "dflash", 2000.0, excerpt=GATES_PASSED) for i in range(3)]
+    crowned = [run(3 + i, "ddtree", 1900.0, excerpt=GATES_PASSED) for i in range(3)]
+    ranking = Ranking(point="at_sla_limit", min_runs=3, prior_rel_sd=0.2, gated_only=True,
+                      winner=config_key({"speculative_algorithm": "ddtree"}))
+    chosen, front = choose(gated + crowned, 128, [], ranking=ranking)
+    assert chosen.params["speculative_algorithm"] == "ddtree" and front[0] is chosen
+    # Under an SLA it misses, the ranking decides again.
+    slow = [run(6 + i, "none", 100.0, excerpt=GATES_PASSED) for i in range(3)]
+    for t in crowned:
+        t.measurements = {c: {**row, "tpot_p50_ms": 50.0} for c, row in t.measurements.items()}
+    chosen, _ = choose(gated + crowned + slow, 128, [Limit.parse("tpot_p50_ms<=20")],
+                       ranking=ranking)
+    assert chosen.params["speculative_algorithm"] == "dflash"

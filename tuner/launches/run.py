@@ -65,6 +65,8 @@ def run_launch_aware(cfg: Config) -> Outcome:
 
         strategy.on_launch = shown
         outcome = strategy.run()
+    if outcome.winner is not None:
+        records.save_winner(strategy.launcher.engine, cfg.study.name, outcome.winner)
     _report(outcome, strategy)
     return outcome
 
