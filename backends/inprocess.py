@@ -73,7 +73,8 @@ class InProcessBackend(Backend):
                         launch.speculative_ddtree_topk, launch.tree_depth)
         config = EngineConfig(max_batch=launch.max_running_requests,
                               max_context=workload.input_len + workload.output_len + 1,
-                              max_tree_nodes=spec.num_nodes)
+                              max_tree_nodes=spec.num_nodes,
+                              batch_buckets=launch.capture_batch_sizes)
         proposer = DFlashProposer(drafter, target) if launch.speculative else None
         return Engine(target, proposer, config), spec
 

@@ -16,6 +16,7 @@ from dflash_core.accept import accept
 from dflash_core.kv_cache import KVCache
 from dflash_core.proposer import DraftInput, Proposer
 from dflash_core.sampling import sample_rows
+from dflash_core.shapes import RoundShapes
 from dflash_core.spec import SamplingParams, Spec
 from dflash_core.stats import GenerationStats
 from dflash_core.step import Step
@@ -40,9 +41,11 @@ class Emitted:
 
 class LiveBatch:
     def __init__(self, target: Target, proposer: Proposer | None, cache: KVCache, spec: Spec,
-                 max_context: int, taps: list[int], seed: int = 0) -> None:
+                 max_context: int, taps: list[int], seed: int = 0,
+                 shapes: RoundShapes = RoundShapes(), stage_timing: bool = True) -> None:
         self.target, self.proposer, self.cache, self.spec = target, proposer, cache, spec
         self.max_context, self.taps = max_context, taps
+        self.shapes, self.stage_timing = shapes, stage_timing
         self.device = target.lm_head.weight.device
         rows = cache.k.shape[1]
         self.requests: list[Request | None] = [None] * rows
@@ -79,7 +82,7 @@ class LiveBatch:
         rows = self.free_rows()[: len(prompts)]
         if len(rows) < len(prompts):
             raise ValueError(f"{len(prompts)} requests but only {len(rows)} free rows")
-        with self.stats.timed("prefill", self.device):
+        with self.stats.timed("prefill", self.device, self.stage_timing):
             first = self._prefill(rows, prompts, samplings)
         events = []
         for b, prompt, sampling, token in zip(rows, prompts, samplings, first):
@@ -121,12 +124,13 @@ class LiveBatch:
     # --- one round ----------------------------------------------------------------------------
 
     def step(self) -> list[Emitted]:
-        """One round over rows 0..n-1, n = the last live row + 1: a server at low load does
-        not pay for its idle rows (rows are handed out lowest first)."""
+        """One round over rows 0..n-1, n = the last live row + 1 rounded up to a batch bucket:
+        a server at low load does not pay for its idle rows (rows are handed out lowest
+        first)."""
         live = self.live_rows()
         if not live:
             return []
-        n = max(live) + 1
+        n = self.shapes.rows(max(live) + 1, len(self.requests))
         full = (self.cache, self.anchors, self.features, self.feature_positions)
         self.cache = self.cache.row_range(n)
         self.anchors, self.features, self.feature_positions = (x[:n] for x in full[1:])
@@ -141,22 +145,26 @@ class LiveBatch:
             self.feature_positions = _pad_rows(self.feature_positions, rows)
 
     def _round(self, starts: Tensor) -> list[Emitted]:
-        with self.stats.timed("draft", self.device):
+        timed = self.stats.timed
+        with timed("draft", self.device, self.stage_timing):
             draft_logits = self._draft(starts)  # [B, L, V] or None
-        with self.stats.timed("build", self.device):
+        with timed("build", self.device, self.stage_timing):
             tree = self._tree(draft_logits)
-        with self.stats.timed("verify", self.device):
+        with timed("verify", self.device, self.stage_timing):
             post, features = self._verify(starts, tree)
-        with self.stats.timed("commit", self.device):
+        with timed("commit", self.device, self.stage_timing):
             return self._commit(starts, tree, post, features)
+
+    def _read_len(self, rows: int) -> int:
+        """Prefix slots this round's attentions read (a host int: no sync)."""
+        return self.shapes.read_len(max(self.starts_h[:rows]), self.cache.capacity)
 
     def _draft(self, starts: Tensor) -> Tensor | None:
         if self.spec.method == "none":
             return None
         return self.proposer.propose(DraftInput(
             self.features, self.feature_positions, self.anchors, starts,
-            max(self.starts_h[: len(starts)]),
-            self.spec.block_size))
+            self._read_len(len(starts)), self.spec.block_size))
 
     def _tree(self, draft_logits: Tensor | None) -> Tree:
         spec, anchors = self.spec, self.anchors
@@ -174,7 +182,7 @@ class LiveBatch:
         """One target forward over every node of every row -> the target's token per node."""
         nodes = torch.arange(tree.num_nodes, device=self.device)
         step = Step(starts[:, None] + tree.depths, starts[:, None] + nodes, starts,
-                    max(self.starts_h[: len(starts)]), tree.mask)
+                    self._read_len(len(starts)), tree.mask)
         hidden, features = self.target(tree.tokens, step, self.cache, self.taps)  # [B, N, *]
         samplings = [r.sampling if r else None for r in self.requests[: len(starts)]]
         return sample_rows(self.target.logits(hidden), samplings, self.generator), features

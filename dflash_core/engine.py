@@ -14,6 +14,7 @@ import torch
 
 from dflash_core.batch import LiveBatch
 from dflash_core.proposer import Proposer
+from dflash_core.shapes import RoundShapes
 from dflash_core.spec import SamplingParams, Spec
 from dflash_core.stats import Generation
 from dflash_core.target import Target
@@ -24,10 +25,17 @@ class EngineConfig:
     max_batch: int = 8
     max_context: int = 4096  # prompt + generated tokens per request
     max_tree_nodes: int = 64  # largest verify per request (root included); sizes the cache
+    # Fixed round shapes (see shapes.py): rows rounded up to these batch sizes (the
+    # `cuda_graph_bs` tuning parameter) and prefix reads to a multiple of context_bucket.
+    batch_buckets: tuple[int, ...] = ()
+    context_bucket: int = 0
+    # On a GPU, per-stage times need a sync at every stage boundary; off, a round has one sync.
+    stage_timing: bool = True
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_context, self.max_tree_nodes) < 1:
             raise ValueError("engine limits must be >= 1")
+        RoundShapes(tuple(self.batch_buckets), self.context_bucket)  # validates them
 
 
 class Engine:
@@ -47,8 +55,10 @@ class Engine:
     def open_batch(self, spec: Spec, rows: int | None = None, seed: int = 0) -> LiveBatch:
         self.check_spec(spec)
         cache = self.cache.row_range(rows or self.config.max_batch)
-        return LiveBatch(self.target, self.proposer, cache, spec, self.config.max_context,
-                         self.taps, seed)
+        cfg = self.config
+        return LiveBatch(self.target, self.proposer, cache, spec, cfg.max_context, self.taps,
+                         seed, RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
+                         cfg.stage_timing)
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | None = None,

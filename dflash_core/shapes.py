@@ -1,0 +1,35 @@
+"""Fixed round shapes: what a CUDA graph needs, since a graph replays one shape only.
+
+A round's shapes are the rows it runs over, the prefix length every attention reads and the tree
+size. The tree size is fixed by the Spec; the other two follow the load (live rows) and the
+longest context. Rounding them up to a few buckets bounds the set of shapes, so one graph per
+(batch bucket, context bucket) can cover every round. Padding is harmless by construction: rows
+without a live request compute into their own cache rows and are never emitted, and prefix
+slots past a row's length are masked by its key-length bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class RoundShapes:
+    batch_buckets: tuple[int, ...] = ()  # round rows: the smallest bucket >= the rows needed
+    context_bucket: int = 0  # prefix reads rounded up to a multiple of this (0: exact)
+
+    def __post_init__(self) -> None:
+        if any(b < 1 for b in self.batch_buckets) or self.context_bucket < 0:
+            raise ValueError("batch buckets must be >= 1 and context_bucket >= 0")
+
+    def rows(self, needed: int, available: int) -> int:
+        """Rows to run: ``needed`` rounded up to a bucket, never past the batch's rows."""
+        fitting = [b for b in self.batch_buckets if needed <= b <= available]
+        return min(fitting) if fitting else (available if self.batch_buckets else needed)
+
+    def read_len(self, longest: int, capacity: int) -> int:
+        """Prefix slots to read for a longest committed context of ``longest``."""
+        if not self.context_bucket or longest == 0:
+            return longest
+        bucket = self.context_bucket
+        return min(-(-longest // bucket) * bucket, capacity)
