@@ -76,3 +76,16 @@ def test_a_live_batch_in_buckets_matches_solo_runs_as_requests_come_and_go():
         for event in batch.step():
             outputs[rows[event.row]] += event.tokens
     assert [outputs[i] for i in range(4)] == alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", SPECS, ids=["plain", "dflash", "ddtree"])
+@torch.inference_mode()
+def test_bucketed_rounds_without_stage_syncs_on_cuda_emit_the_cpu_tokens(spec):
+    target, drafter = make_target(), make_drafter()
+    greedy = SamplingParams(max_tokens=TOKENS)
+    cpu = _engine(target, drafter).generate(PROMPTS[:3], greedy, spec)
+    target, drafter = target.cuda(), drafter.cuda()
+    cuda = _engine(target, drafter, batch_buckets=(4,), context_bucket=32,
+                   stage_timing=False).generate(PROMPTS[:3], greedy, spec)
+    assert cuda.tokens == cpu.tokens
