@@ -27,15 +27,14 @@ def synthetic_study(folder: Path, n_trials: int, with_optuna: bool = True,
                     name: str = STUDY, seed: int = 0) -> str:
     """A study of ``n_trials`` random model-backend trials in ``folder/results.db``; returns
     the storage URL. Without ``with_optuna`` only our tables are written (seconds, not ~30 s)."""
-    from search_spaces import load_space
     from tuner import records
     from tuner.config import Config
     from tuner.interrupt import InterruptGate
     from tuner.objective import Objective
     from tuner.objective import TransientFailure
-    from tuner.runner import LAUNCH_PARAM_NAMES
     from tuner.wiring import backend_from
     from tuner.wiring import space_context
+    from tuner.wiring import space_from
     from tuner.wiring import workload_from
 
     url = f"sqlite:///{folder / 'results.db'}"
@@ -47,7 +46,7 @@ def synthetic_study(folder: Path, n_trials: int, with_optuna: bool = True,
     study = optuna.create_study(directions=["maximize"] * 2,
                                 sampler=optuna.samplers.RandomSampler(seed=seed))
     objective = Objective(
-        space=load_space(cfg.search_space, known_params=LAUNCH_PARAM_NAMES),
+        space=space_from(cfg),
         context=space_context(cfg), backend=backend_from(cfg), workload=workload_from(cfg),
         target_concurrency=cfg.workload.target_concurrency, limits=cfg.workload.limits,
         study_name=name, engine=engine, gate=InterruptGate())

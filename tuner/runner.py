@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 
-from backends.launch_params import LaunchParams
-from search_spaces import load_space
 from tuner import records
 from tuner import render
 from tuner.budget import Budget
@@ -23,9 +20,9 @@ from tuner.study import open_study
 from tuner.study import run_trials
 from tuner.wiring import backend_from
 from tuner.wiring import space_context
+from tuner.wiring import space_from
 from tuner.wiring import workload_from
 
-LAUNCH_PARAM_NAMES = frozenset(f.name for f in fields(LaunchParams))
 
 
 def run_study(cfg: Config) -> int:
@@ -34,7 +31,7 @@ def run_study(cfg: Config) -> int:
     Any number of workers, on any number of machines, may run this on one study in a shared
     database (docs/SCALE_OUT.md); together they stop at exactly ``n_trials``."""
     # Everything that can be wrong with the config fails here, before the DB is touched.
-    space = load_space(cfg.search_space, known_params=LAUNCH_PARAM_NAMES)
+    space = space_from(cfg)
     backend, context = backend_from(cfg), space_context(cfg)
     claim = _join_study(cfg)
     done, n_trials = claim.budget.measured(), cfg.study.n_trials

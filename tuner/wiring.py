@@ -62,6 +62,17 @@ def efficiency_from(cfg: Config):
     return Efficiency(**cfg.backend.efficiency)
 
 
+def space_from(cfg: Config):
+    """The study's search space, its parameter names checked against LaunchParams."""
+    from dataclasses import fields
+
+    from backends.launch_params import LaunchParams
+    from search_spaces import load_space
+
+    return load_space(cfg.search_space,
+                      known_params=frozenset(f.name for f in fields(LaunchParams)))
+
+
 def space_context(cfg: Config) -> dict[str, Any]:
     """Names a search space's expressions may use about this deployment."""
     from backends.perf_model.catalog import load_model

@@ -3,11 +3,9 @@ resume what the study already measured, and show progress per launch."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 
 from backends.launch_params import LaunchParams
 from backends.prompts import workload_prompts
-from search_spaces import load_space
 from tuner import records
 from tuner import render
 from tuner.config import Config
@@ -23,14 +21,14 @@ from tuner.wiring import backend_from
 from tuner.wiring import deployment_from
 from tuner.wiring import efficiency_from
 from tuner.wiring import space_context
+from tuner.wiring import space_from
 from tuner.wiring import workload_from
 
-LAUNCH_PARAM_NAMES = frozenset(f.name for f in fields(LaunchParams))
 PROBE_INPUT_LEN = 64
 
 
 def build(cfg: Config, backend=None) -> LaunchAware:
-    space = load_space(cfg.search_space, known_params=LAUNCH_PARAM_NAMES)
+    space = space_from(cfg)
     backend, context = backend or backend_from(cfg), space_context(cfg)
     workload, limits = workload_from(cfg), cfg.workload.limits
     top = max(cfg.workload.concurrency)
