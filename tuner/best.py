@@ -41,7 +41,9 @@ class BestResult:
         t = self.chosen.trial
         return {
             "trial": t.trial_number, "engine": self.engine, "params": t.params,
-            "output_tok_s_at_target": self.chosen.throughput, "runs": self.chosen.runs,
+            # Read at the target concurrency, or (launch-aware) at the config's SLA limit.
+            "output_tok_s_at_target": self.chosen.throughput, "read_at": self.ranking.point,
+            "runs": self.chosen.runs,
             "score_tok_s": self.chosen.score,
             "tok_s_per_user_at_1": self.chosen.per_user,
             "target_concurrency": self.target_concurrency,

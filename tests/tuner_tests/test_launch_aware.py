@@ -12,6 +12,7 @@ from cli_helpers import write_config
 
 from tuner import records
 from tuner.config import load_config
+from tuner.dashboard.report import write_report
 from tuner.launches.run import build
 from tuner.selection import config_key
 
@@ -46,6 +47,9 @@ def test_launch_aware_study_spends_its_budget_and_confirms_the_winner(study_file
                             cwd=tmp_path).stdout)
     assert config_key(chosen["params"]) == config_key(outcome.winner)
     assert chosen["runs"] >= cfg.tuning.repeats
+    # The report names the same configuration, read where the study read it.
+    page = write_report(cfg.study.storage, cfg.study.name, tmp_path / "r.html").read_text()
+    assert f"{chosen['output_tok_s_at_target']:,.0f} output tok/s at its SLA limit" in page
 
 
 def test_a_resumed_launch_aware_study_keeps_its_launches(study_file, tmp_path):

@@ -18,6 +18,7 @@ from tuner.config import Config
 from tuner.errors import NoResultError
 from tuner.records import TrialRecord
 from tuner.selection import candidates
+from tuner.selection import config_key
 
 ALGORITHMS = {"none": "AR", "dflash": "DFlash", "ddtree": "DDTree"}
 # Fixed order so a family keeps its colour from one report to the next.
@@ -35,7 +36,7 @@ class TrialView:
     levels: dict[int, dict[str, Any]]  # concurrency -> metric name -> value
     command: str
     log_excerpt: str
-    feasible: bool = False  # succeeded and meets the SLA at the target concurrency
+    feasible: bool = False  # its configuration succeeded within the SLA where `best` reads it
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,10 @@ class StudyData:
     chosen: int | None = None  # trial number `best` would emit
     front: list[int] = field(default_factory=list)  # feasible Pareto front, best throughput first
     choice_note: str = ""  # why nothing was chosen
+    # What `best` read for the chosen one: throughput (median over its runs) and where.
+    chosen_tok_s: float = 0.0
+    chosen_runs: int = 1
+    chosen_where: str = ""
 
     def trial(self, number: int) -> TrialView:
         return next(t for t in self.trials if t.number == number)
@@ -123,8 +128,12 @@ def family_of(lp: LaunchParams) -> str:
 
 
 def _mark_feasible(data: StudyData, trial_records: list[TrialRecord]) -> None:
-    feasible = {c.trial.trial_number
-                for c in candidates(trial_records, data.target, data.config.workload.limits)}
+    from tuner.best import ranking_of
+
+    ranking = ranking_of(data.config, trial_records)
+    keys = {config_key(c.params) for c in candidates(trial_records, data.target,
+                                                     data.config.workload.limits, ranking)}
+    feasible = {t.trial_number for t in trial_records if t.ok and config_key(t.params) in keys}
     for t in data.trials:
         t.feasible = t.number in feasible
 
@@ -140,6 +149,9 @@ def _choose(data: StudyData, cfg: Config) -> None:
         return
     data.chosen = result.chosen.trial.trial_number
     data.front = [c.trial.trial_number for c in result.front]
+    data.chosen_tok_s, data.chosen_runs = result.chosen.throughput, result.chosen.runs
+    data.chosen_where = ("at its SLA limit" if result.ranking.point == "at_sla_limit"
+                         else f"at concurrency {data.target}")
 
 
 def _hidden(url: str) -> str:

@@ -116,10 +116,10 @@ def _chosen(data: StudyData) -> str:
     if data.chosen is None:
         return f'<p class="note">nothing chosen yet: {esc(data.choice_note)}</p>'
     t = data.trial(data.chosen)
-    at_target = t.metric(data.target, "output_tok_s") or 0.0
     per_user = t.metric(1, "tok_s_per_user") or 0.0
-    return (f"<p><b>Chosen:</b> trial #{t.number}, {esc(t.label)}: {at_target:,.0f} output "
-            f"tok/s at concurrency {data.target}, {per_user:.1f} tok/s per user at "
+    runs = f" (median of {data.chosen_runs} launches)" if data.chosen_runs > 1 else ""
+    return (f"<p><b>Chosen:</b> trial #{t.number}, {esc(t.label)}: {data.chosen_tok_s:,.0f} "
+            f"output tok/s {data.chosen_where}{runs}, {per_user:.1f} tok/s per user at "
             f"concurrency 1.</p><pre>{esc(t.command)}</pre>")
 
 
