@@ -10,8 +10,10 @@ DDTree buy end to end? One script for every check; a short table on stdout, JSON
    published Qwen3-8B block-16 level), so speedups need no trained weights.
 
 Model shapes come from a config with random weights (speed does not depend on the values):
-`tiny` (CPU, CI), `qwen3-8b`, `qwen3-30b-a3b`. Eager mode only: CUDA graphs are issue 4's next
-step, and this harness is where their effect will be measured.
+`tiny` (CPU, CI), `qwen3-8b`, `qwen3-30b-a3b`. Verify runs with the reference attention and
+with the fused kernels (`EngineConfig.fused_attention`); end to end with `--attention`. Eager
+mode only: CUDA graph capture is issue 4's next step, and this harness is where its effect
+will be measured.
 
     python bench/engine_bench.py --shapes tiny                       # CPU, seconds
     python bench/engine_bench.py --shapes qwen3-8b --device cuda --dtype bfloat16 --json out.json
@@ -100,6 +102,14 @@ def copy_bandwidth(device: str) -> float:
 
 @torch.inference_mode()
 def verify_cost(target: Target, contexts, batches, nodes, device: str) -> list[dict]:
+    """Both attention kernels (reference matmuls, fused), each relative to its own decode."""
+    return [row | {"attention": "fused" if fused else "reference"}
+            for fused in (False, True)
+            for row in _verify_cost(target, contexts, batches, nodes, device, fused)]
+
+
+def _verify_cost(target: Target, contexts, batches, nodes, device: str,
+                 fused: bool) -> list[dict]:
     cfg = target.config
     weight_bytes = sum(p.numel() * p.element_size() for p in target.parameters())
     kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * \
@@ -111,7 +121,7 @@ def verify_cost(target: Target, contexts, batches, nodes, device: str) -> list[d
             decode = None
             for n in nodes:
                 def forward(cache=cache, batch=batch, context=context, n=n) -> None:
-                    _verify(target, cache, batch, context, n, device)
+                    _verify(target, cache, batch, context, n, device, fused)
 
                 seconds = timed(forward, device)
                 decode = decode or seconds
@@ -122,26 +132,28 @@ def verify_cost(target: Target, contexts, batches, nodes, device: str) -> list[d
     return rows
 
 
-def _verify(target: Target, cache, batch: int, context: int, n: int, device: str) -> None:
+def _verify(target: Target, cache, batch: int, context: int, n: int, device: str,
+            fused: bool) -> None:
     starts = torch.full((batch,), context, dtype=torch.long, device=device)
     anchors = torch.zeros(batch, dtype=torch.long, device=device)
     tree = chain_tree(anchors, torch.ones(batch, n - 1, dtype=torch.long, device=device))
     step = Step(starts[:, None] + tree.depths, starts[:, None] + torch.arange(n, device=device),
-                starts, context, tree.mask)
+                starts, context, tree.mask, fused)
     hidden, _ = target(tree.tokens, step, cache)
     target.logits(hidden)
 
 
 @torch.inference_mode()
 def end_to_end(target: Target, context: int, tokens: int, block: int, top1: float,
-               device: str) -> list[dict]:
+               device: str, fused: bool) -> list[dict]:
     """tok/s from rounds with no per-stage sync (one sync a round, as served); the per-stage
     ms from a second run that syncs at every stage boundary (honest stage times on a GPU)."""
     prompt = [[int(t) for t in torch.randint(1, 500, (context,))]]
     limits = dict(max_batch=1, max_context=context + tokens + block + 2, max_tree_nodes=65)
 
     def engine(proposer, timing: bool) -> Engine:
-        return Engine(target, proposer, EngineConfig(**limits, stage_timing=timing))
+        return Engine(target, proposer, EngineConfig(**limits, stage_timing=timing,
+                                                     fused_attention=fused))
 
     plain = engine(None, False)
     plain.generate(prompt, SamplingParams(max_tokens=4))  # warm-up
@@ -175,6 +187,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     parser.add_argument("--top1", type=float, default=0.86)
+    parser.add_argument("--attention", choices=("fused", "reference"), default="fused",
+                        help="attention kernels of the end-to-end runs (verify runs both)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     plan = QUICK if args.shapes == "tiny" else FULL
@@ -185,7 +199,9 @@ def main() -> None:
               "verify": verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
                                     args.device),
               "end_to_end": end_to_end(target, plan["contexts"][0], plan["tokens"],
-                                       plan["block"], args.top1, args.device)}
+                                       plan["block"], args.top1, args.device,
+                                       args.attention == "fused"),
+              "end_to_end_attention": args.attention}
     print_tables(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
@@ -194,11 +210,12 @@ def main() -> None:
 def print_tables(result: dict) -> None:
     print(f"{result['shapes']} on {result['device']} ({result['dtype']}), "
           f"copy bandwidth {result['copy_gb_s']} GB/s")
-    print("\ncontext batch nodes      ms  vs_decode  GB/s(weights+KV once)")
+    print("\nattention  context batch nodes      ms  vs_decode  GB/s(weights+KV once)")
     for r in result["verify"]:
-        print(f"{r['context']:>7} {r['batch']:>5} {r['nodes']:>5} {r['ms']:>8} {r['vs_decode']:>9} "
-              f"{r['achieved_gb_s']:>8}")
-    print("\nmethod                       tok/s  speedup   tau  ms per round (draft/build/verify/commit)")
+        print(f"{r['attention']:<10} {r['context']:>7} {r['batch']:>5} {r['nodes']:>5} "
+              f"{r['ms']:>8} {r['vs_decode']:>9} {r['achieved_gb_s']:>8}")
+    print(f"\nend to end, {result['end_to_end_attention']} attention")
+    print("method                       tok/s  speedup   tau  ms per round (draft/build/verify/commit)")
     for r in result["end_to_end"]:
         stages = "/".join(str(r["ms_per_round"][k]) for k in ("draft", "build", "verify", "commit"))
         print(f"{r['method']:<26} {r['tok_s']:>8} {r['speedup']:>7} {r['tau']:>6}  {stages}")

@@ -18,19 +18,22 @@ from dflash_core.step import Step
 
 
 def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
-           k_new: Tensor, v_new: Tensor, mask: Tensor) -> Tensor:
+           k_new: Tensor, v_new: Tensor, mask: Tensor, fused: bool = False) -> Tensor:
     """q: [B, Hq, N, D]; prefix K/V: [B, Hkv, S, D]; k_new/v_new: [B, Hkv, N, D]; mask: [B, N, N].
 
+    ``fused`` computes each part with PyTorch's fused attention kernel (flash on CPU,
+    memory-efficient on CUDA: no [.., N, S] score tensor) instead of explicit matmuls.
     Returns [B, Hq, N, D]."""
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
+    part = _fused_partial if fused else _partial
     qg = q.reshape(b, -1, groups * n, d) * d**-0.5  # [B, Hkv, G*N, D]: row g*N + n
     tree_bias = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B, 1, G*N, N]
-    out, lse = _partial(qg, k_new, v_new, tree_bias)
+    out, lse = part(qg, k_new, v_new, tree_bias)
     if prefix is not None and prefix[0].shape[2]:
         keys = torch.arange(prefix[0].shape[2], device=q.device)
         length_bias = _additive(keys < prefix_lens[:, None])[:, None, None]  # [B, 1, 1, S]
-        out, lse = _merge(out, lse, *_partial(qg, prefix[0], prefix[1], length_bias))
+        out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], length_bias))
     return out.reshape(b, hq, n, d).to(q.dtype)
 
 
@@ -45,6 +48,28 @@ def _partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Te
     # A row with an empty prefix has lse = -inf; clamping makes its weights 0, not NaN.
     probs = torch.exp(scores - lse.clamp_min(torch.finfo(lse.dtype).min))
     return (probs.to(v.dtype) @ v).float(), lse  # [B, Hkv, G*N, D]
+
+
+def _fused_partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+    """``_partial`` through a fused kernel that also returns the log-sum-exp."""
+    b, h, rows, _ = qg.shape
+    keys = k.shape[2]
+    if qg.device.type == "cuda":
+        # The memory-efficient kernel wants the bias's last dim aligned: pad, then slice.
+        padded = torch.empty(b, h, rows, -(-keys // 16) * 16, dtype=qg.dtype, device=qg.device)
+        full = padded[..., :keys]
+        full.copy_(bias.expand(b, h, rows, keys))
+        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+            qg, k, v, full, True, scale=1.0)[:2]
+        lse = lse[..., :rows]  # the kernel pads its log-sum-exp rows
+    else:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            qg, k, v, attn_mask=bias.to(qg.dtype).expand(b, h, rows, keys), scale=1.0)
+    # A row that sees no key (an empty prefix) must weigh nothing in the merge; the kernels
+    # report lse 0 for it.
+    seen = torch.isfinite(bias).any(-1, keepdim=True)  # [B, 1, rows or 1, 1]
+    lse = lse.float()[..., None].masked_fill(~seen, float("-inf"))
+    return out.float().masked_fill(~seen, 0.0), lse
 
 
 def _merge(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
@@ -86,7 +111,7 @@ class Attention(nn.Module):
         q = self.project_q(x, rope)  # [B, Hq, N, D]
         k, v = self.project_kv(x, rope)  # [B, Hkv, N, D]
         prefix = cache.prefix(layer, step.read_len) if cache is not None else None
-        out = attend(q, prefix, step.prefix_lens, k, v, step.mask)  # [B, Hq, N, D]
+        out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused)  # [B, Hq, N, D]
         if cache is not None:
             cache.write(layer, step.slots, k, v)
         return self.project_out(out)  # [B, N, H]

@@ -42,10 +42,12 @@ class Emitted:
 class LiveBatch:
     def __init__(self, target: Target, proposer: Proposer | None, cache: KVCache, spec: Spec,
                  max_context: int, taps: list[int], seed: int = 0,
-                 shapes: RoundShapes = RoundShapes(), stage_timing: bool = True) -> None:
+                 shapes: RoundShapes = RoundShapes(), stage_timing: bool = True,
+                 fused_attention: bool = False) -> None:
         self.target, self.proposer, self.cache, self.spec = target, proposer, cache, spec
         self.max_context, self.taps = max_context, taps
         self.shapes, self.stage_timing = shapes, stage_timing
+        self.fused = fused_attention
         self.device = target.lm_head.weight.device
         rows = cache.k.shape[1]
         self.requests: list[Request | None] = [None] * rows
@@ -100,7 +102,7 @@ class LiveBatch:
         ids = self._tensor([p + [0] * (longest - len(p)) for p in prompts])  # [n, P]
         scratch = self.target.allocate_cache(n, longest)
         zeros = torch.zeros(n, dtype=torch.long, device=self.device)
-        hidden, features = self.target(ids, Step.causal(zeros, longest, 0), scratch, self.taps)
+        hidden, features = self.target(ids, Step.causal(zeros, longest, 0, self.fused), scratch, self.taps)
         index = self._tensor(rows)
         self.cache.k[:, index, :, :longest] = scratch.k
         self.cache.v[:, index, :, :longest] = scratch.v
@@ -164,7 +166,7 @@ class LiveBatch:
             return None
         return self.proposer.propose(DraftInput(
             self.features, self.feature_positions, self.anchors, starts,
-            self._read_len(len(starts)), self.spec.block_size))
+            self._read_len(len(starts)), self.spec.block_size, self.fused))
 
     def _tree(self, draft_logits: Tensor | None) -> Tree:
         spec, anchors = self.spec, self.anchors
@@ -182,7 +184,7 @@ class LiveBatch:
         """One target forward over every node of every row -> the target's token per node."""
         nodes = torch.arange(tree.num_nodes, device=self.device)
         step = Step(starts[:, None] + tree.depths, starts[:, None] + nodes, starts,
-                    self._read_len(len(starts)), tree.mask)
+                    self._read_len(len(starts)), tree.mask, self.fused)
         hidden, features = self.target(tree.tokens, step, self.cache, self.taps)  # [B, N, *]
         samplings = [r.sampling if r else None for r in self.requests[: len(starts)]]
         return sample_rows(self.target.logits(hidden), samplings, self.generator), features

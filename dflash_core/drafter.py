@@ -40,7 +40,8 @@ class DraftLayer(nn.Module):
         x = self.input_layernorm(h)
         q = attn.project_q(x, rope)  # [B, Hq, bs, D]
         k, v = attn.project_kv(x, rope)  # block K/V are transient: never written to the cache
-        out = attend(q, cache.prefix(self.index, step.read_len), step.prefix_lens, k, v, step.mask)
+        out = attend(q, cache.prefix(self.index, step.read_len), step.prefix_lens, k, v,
+                     step.mask, step.fused)
         h = h + attn.project_out(out)
         return h + self.mlp(self.post_attention_layernorm(h))
 

@@ -31,6 +31,9 @@ class EngineConfig:
     context_bucket: int = 0
     # On a GPU, per-stage times need a sync at every stage boundary; off, a round has one sync.
     stage_timing: bool = True
+    # Attention through PyTorch's fused kernels (no [.., N, S] scores; prefill's memory stops
+    # growing with the prompt squared) instead of the reference matmuls.
+    fused_attention: bool = False
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_context, self.max_tree_nodes) < 1:
@@ -58,7 +61,7 @@ class Engine:
         cfg = self.config
         return LiveBatch(self.target, self.proposer, cache, spec, cfg.max_context, self.taps,
                          seed, RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
-                         cfg.stage_timing)
+                         cfg.stage_timing, cfg.fused_attention)
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | None = None,

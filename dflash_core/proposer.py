@@ -27,6 +27,7 @@ class DraftInput:
     starts: Tensor  # [B] anchor position = committed length
     read_len: int  # max start over the batch
     block_size: int  # this round's block (<= the drafter's trained block)
+    fused: bool = False  # attend with fused kernels (attention.attend)
 
 
 class Proposer(Protocol):
@@ -57,7 +58,7 @@ class DFlashProposer:
         masks = torch.full((len(draft.starts), bs - 1), self.drafter.config.mask_token_id,
                            device=draft.anchors.device)
         block = torch.cat([draft.anchors[:, None], masks], dim=1)  # [B, bs]: slot 0 = real anchor
-        step = Step.causal(draft.starts, bs, draft.read_len)
+        step = Step.causal(draft.starts, bs, draft.read_len, draft.fused)
         step.mask = torch.ones_like(step.mask)  # non-causal inside the block
         hidden = self.drafter(self.target.embed(block), step, cache)  # [B, bs, H]
         return self.target.logits(hidden[:, 1:])  # [B, bs - 1, V]: slot j predicts start + j

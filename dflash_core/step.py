@@ -17,6 +17,7 @@ class Step:
     prefix_lens: committed cache length per row; every new token sees all of it, unmasked.
     read_len:  how many cache slots to read (max of prefix_lens, a host int).
     mask:      visibility among the new tokens themselves (ancestor mask, causal, or all).
+    fused:     attend with PyTorch's fused attention kernels (see attention.attend).
     """
 
     positions: Tensor  # [B, N] long
@@ -24,11 +25,12 @@ class Step:
     prefix_lens: Tensor  # [B] long
     read_len: int
     mask: Tensor  # [B, N, N] bool
+    fused: bool = False
 
     @classmethod
-    def causal(cls, starts: Tensor, n: int, read_len: int) -> Step:
+    def causal(cls, starts: Tensor, n: int, read_len: int, fused: bool = False) -> Step:
         """A run of n consecutive tokens after each row's prefix (prefill, a DFlash chain)."""
         offsets = torch.arange(n, device=starts.device)
         positions = starts[:, None] + offsets  # [B, N]
         mask = torch.ones(n, n, dtype=torch.bool, device=starts.device).tril()
-        return cls(positions, positions, starts, read_len, mask.expand(len(starts), n, n))
+        return cls(positions, positions, starts, read_len, mask.expand(len(starts), n, n), fused)

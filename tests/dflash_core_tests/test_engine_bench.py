@@ -20,7 +20,8 @@ def test_engine_bench_runs_on_cpu_and_reports_every_check(tmp_path):
     result = json.loads(out.read_text())
     assert result["copy_gb_s"] > 0
     verify = result["verify"]
-    assert len(verify) == 2 * 2 * 4  # contexts x batches x tree sizes
+    assert len(verify) == 2 * 2 * 2 * 4  # kernels x contexts x batches x tree sizes
+    assert {r["attention"] for r in verify} == {"reference", "fused"}
     assert all(r["vs_decode"] == 1.0 for r in verify if r["nodes"] == 1)
     taus = {r["method"]: r["tau"] for r in result["end_to_end"]}
     assert taus["plain"] == 1.0 and taus["dflash b8"] > 3  # the oracle's profile, not noise

@@ -1,5 +1,6 @@
-"""Fixed round shapes (batch buckets, context buckets: what CUDA graphs will replay) change no
-token: padded rows and padded prefix reads are invisible to the live requests."""
+"""Fixed round shapes (batch buckets, context buckets: what CUDA graphs will replay) and fused
+attention kernels change no token: padded rows and padded prefix reads are invisible to the
+live requests."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def test_bucketed_rounds_emit_the_exact_rounds_tokens(spec, moe):
                      stage_timing=False).generate(PROMPTS[:3], greedy, spec)
     assert padded.tokens == exact.tokens
     assert padded.stats.acceptance == exact.stats.acceptance
+    fused = _engine(target, drafter, fused_attention=True).generate(PROMPTS[:3], greedy, spec)
+    assert fused.tokens == exact.tokens  # the fused kernels change no token either
 
 
 @torch.inference_mode()
@@ -62,7 +65,8 @@ def test_a_live_batch_in_buckets_matches_solo_runs_as_requests_come_and_go():
     spec = Spec.ddtree(8, 16)
     alone = [solo.generate([p], greedy, spec).tokens[0] for p in prompts]
     engine = Engine(target, DFlashProposer(drafter, target),
-                    EngineConfig(**config, batch_buckets=(2, 4), context_bucket=16))
+                    EngineConfig(**config, batch_buckets=(2, 4), context_bucket=16,
+                                 fused_attention=True))
     batch, outputs, rows = engine.open_batch(spec), {i: [] for i in range(4)}, {}
     waiting = [0, 1, 2, 3]
     while waiting or batch.live_rows():

@@ -100,7 +100,8 @@ def _post_following(tree: Tree, targets: torch.Tensor) -> torch.Tensor:
     return post
 
 
-def test_attend_equals_dense_reference_attention_with_gqa_and_ragged_prefixes():
+@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused"])
+def test_attend_equals_dense_reference_attention_with_gqa_and_ragged_prefixes(fused):
     gen = torch.Generator().manual_seed(0)
     b, hq, hkv, n, s, d = 3, 8, 2, 5, 11, 4
     q = torch.randn(b, hq, n, d, generator=gen)
@@ -109,10 +110,29 @@ def test_attend_equals_dense_reference_attention_with_gqa_and_ragged_prefixes():
     mask = torch.rand(b, n, n, generator=gen) < 0.5
     mask |= torch.eye(n, dtype=torch.bool)
     lens = torch.tensor([0, 4, 11])
-    out = attend(q, (k_prefix, v_prefix), lens, k_new, v_new, mask)
+    out = attend(q, (k_prefix, v_prefix), lens, k_new, v_new, mask, fused)
     keys = torch.cat([k_prefix, k_new], 2).repeat_interleave(hq // hkv, dim=1)
     values = torch.cat([v_prefix, v_new], 2).repeat_interleave(hq // hkv, dim=1)
     visible = torch.cat([(torch.arange(s) < lens[:, None])[:, None].expand(b, n, s), mask], -1)
     scores = (q @ keys.transpose(-1, -2)) / d**0.5
     expected = scores.masked_fill(~visible[:, None], float("-inf")).softmax(-1) @ values
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_fused_attend_on_cuda_equals_the_reference():
+    gen = torch.Generator().manual_seed(1)
+    b, hq, hkv, n, s, d = 3, 8, 2, 17, 301, 64  # odd sizes: the kernel pads rows and keys
+    q = torch.randn(b, hq, n, d, generator=gen)
+    k_prefix, v_prefix = torch.randn(2, b, hkv, s, d, generator=gen)
+    k_new, v_new = torch.randn(2, b, hkv, n, d, generator=gen)
+    mask = (torch.rand(b, n, n, generator=gen) < 0.5) | torch.eye(n, dtype=torch.bool)
+    lens = torch.tensor([0, 40, 301])
+    args = [x.cuda() for x in (q, k_prefix, v_prefix, lens, k_new, v_new, mask)]
+    q, kp, vp, lens, kn, vn, mask = args
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        ref = attend(q.to(dtype), (kp.to(dtype), vp.to(dtype)), lens, kn.to(dtype),
+                     vn.to(dtype), mask)
+        fused = attend(q.to(dtype), (kp.to(dtype), vp.to(dtype)), lens, kn.to(dtype),
+                       vn.to(dtype), mask, fused=True)
+        torch.testing.assert_close(fused.float(), ref.float(), atol=tol, rtol=tol)
