@@ -128,6 +128,9 @@ def test_the_drain_check_sees_requests_in_flight_and_an_idle_server(server):
             "prompt": PROMPTS[4], "max_tokens": 200, "ignore_eos": True, "stream": True,
             "temperature": 0}) as response:
         next(response.iter_lines())
+        deadline = time.monotonic() + 10  # the engine thread may not have counted it yet
+        while not busy_requests(client, "dflash") and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert busy_requests(client, "dflash") >= 1
     deadline = time.monotonic() + 10
     while busy_requests(client, "dflash") and time.monotonic() < deadline:
