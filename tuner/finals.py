@@ -2,8 +2,8 @@
 
 On a measuring backend one run of a configuration is one noisy sample; ``best`` chooses only
 configurations with ``tuning.repeats`` runs. After the sampled trials, the best ``finalists``
-(by the same lower bound ``best`` ranks by) are relaunched: the better half up to ``repeats``
-runs, the rest to two, re-ranking after every launch, so a configuration that was lucky once
+(by the same lower bound ``best`` ranks by) are relaunched by successive halving up to
+``repeats`` runs (``owed_runs``), re-ranking after every launch, so a configuration that was lucky once
 drops out as soon as its second run shows it. The performance model is exact: nothing to do.
 """
 
@@ -21,7 +21,13 @@ from tuner.selection import candidates
 
 
 def owed_runs(rank: int, finalists: int, repeats: int) -> int:
-    return repeats if rank < max(1, math.ceil(finalists / 2)) else min(2, repeats)
+    """Successive halving: every finalist gets 2 runs, the better half 3, the better half of
+    that 4, ... up to ``repeats``."""
+    runs = 1
+    for stage in range(2, repeats + 1):
+        if rank < max(1, math.ceil(finalists / 2 ** (stage - 2))):
+            runs = stage
+    return runs
 
 
 def confirm_finalists(cfg: Config, study: optuna.Study, objective: Callable,

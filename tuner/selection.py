@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from backends.base import FailureClass
 from tuner import robust
 from tuner.errors import NoResultError
 from tuner.records import GATES_PASSED
@@ -25,7 +26,7 @@ from tuner.sla import meets
 # Where a trial's throughput is read: at the workload's target concurrency, or at the highest
 # concurrency that met the SLA (what a launch-aware study searches for in every launch).
 ObjectivePoint = Literal["at_target", "at_sla_limit"]
-_DETERMINISTIC_OK = ("ok", "transient", "port_in_use")  # statuses that do not disqualify
+_TRANSIENT = frozenset(f.value for f in FailureClass if not f.is_deterministic)
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,24 +75,20 @@ def trial_point(t: TrialRecord, target: int, limits: Sequence[Limit],
 
 def candidates(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
                ranking: Ranking = Ranking()) -> list[Candidate]:
-    """One candidate per configuration whose every run succeeded within the SLA."""
-    runs: dict[str, list[tuple[TrialRecord, tuple[float, float] | None]]] = defaultdict(list)
+    """One candidate per configuration whose every run succeeded within the SLA; a run that
+    failed transiently (a retry would not fail the same way) is ignored."""
+    runs: dict[str, list[TrialRecord]] = defaultdict(list)
     for t in trials:
-        if t.measured and t.status in _DETERMINISTIC_OK:
-            runs[config_key(t.params)].append((t, trial_point(t, target, limits, ranking.point)))
-        elif t.measured:  # a crash, OOM, failed gate...: the configuration is out
-            runs[config_key(t.params)].append((t, None))
+        if t.measured and t.status not in _TRANSIENT:
+            runs[config_key(t.params)].append(t)
     found = []
     for group in runs.values():
-        ok = [(t, v) for t, v in group if t.ok]
-        if not ok or any(v is None for _, v in ok) or len(ok) < len(group) - _transient(group):
+        if not all(t.ok for t in group):  # a crash, an OOM, a failed gate: the config is out
             continue
-        found.append(_candidate(ok, ranking))
+        points = [trial_point(t, target, limits, ranking.point) for t in group]
+        if all(p is not None for p in points):
+            found.append(_candidate(list(zip(group, points)), ranking))
     return found
-
-
-def _transient(group: list[tuple[TrialRecord, tuple[float, float] | None]]) -> int:
-    return sum(1 for t, _ in group if t.status in ("transient", "port_in_use"))
 
 
 def _candidate(ok: list[tuple[TrialRecord, tuple[float, float]]], ranking: Ranking) -> Candidate:

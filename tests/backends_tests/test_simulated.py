@@ -81,3 +81,27 @@ def test_launch_share_splits_the_noise_between_launch_and_window():
         assert a == pytest.approx(b)  # one factor for the whole launch, whatever the window
         factors.append(a / exact)
     assert statistics.pstdev(factors) == pytest.approx(0.15, rel=0.3)
+
+
+def test_a_backend_without_sessions_is_measured_level_by_level_through_measure():
+    """The Backend fallback: a backend that only implements `measure` still gives sessions."""
+    from backends import Backend
+
+    class MeasureOnly(Backend):
+        name = "measure-only"
+
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def flags(self, params):
+            return self.inner.flags(params)
+
+        def measure(self, params, workload):
+            return self.inner.measure(params, workload)
+
+    backend, workload = _backend(noise=0.0)
+    wrapped = MeasureOnly(backend.truth)
+    with wrapped.session(DFLASH, workload) as session:
+        rows = [session.measure(c) for c in (64, 1)]
+    exact = {m.concurrency: m for m in backend.truth.measure(DFLASH, workload)}
+    assert [m.output_tok_s for m in rows] == [exact[64].output_tok_s, exact[1].output_tok_s]

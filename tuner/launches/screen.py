@@ -113,7 +113,7 @@ class Screen:
                 pool[config_key(params)] = params
         ranked = self._ranked(pool.values())
         for start in ranked[:WALK_STARTS]:
-            for p in self._walk(start, rng, must):
+            for p in self.walk(start, rng, must):
                 pool[config_key(p.params)] = p.params
         fresh = [p for p in self._ranked(pool.values()) if config_key(p.params) not in exclude]
         return fresh[:k]
@@ -122,17 +122,17 @@ class Screen:
         found = [p for p in map(self.predict, configs) if p is not None]
         return sorted(found, key=lambda p: -p.goodput)
 
-    def _walk(self, start: Prediction, rng: random.Random, must: dict | None) -> list[Prediction]:
-        """Best-improvement steps through single-parameter changes."""
-        path, here = [start], start
-        for _ in range(WALK_SWEEPS):
-            nbrs = [n for n in self.space.neighbours(here.params, self.context, rng)
+    def walk(self, start: Prediction, rng: random.Random, must: dict | None = None,
+             sweeps: int = WALK_SWEEPS) -> list[Prediction]:
+        """Best-improvement steps through single-parameter changes, from ``start``."""
+        path = [start]
+        for _ in range(sweeps):
+            nbrs = [n for n in self.space.neighbours(path[-1].params, self.context, rng)
                     if not must or all(n.get(k) == v for k, v in must.items())]
-            best = max(self._ranked(nbrs)[:1], key=lambda p: p.goodput, default=None)
-            if best is None or best.goodput <= here.goodput:
+            best = next(iter(self._ranked(nbrs)), None)
+            if best is None or best.goodput <= path[-1].goodput:
                 break
             path.append(best)
-            here = best
         return path
 
     def _predict(self, params: dict) -> Prediction | None:

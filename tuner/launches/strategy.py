@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tuner import robust
 from tuner.config import TuningConfig
+from tuner.finals import owed_runs
 from tuner.launches.gates import Gates
 from tuner.records import GATES_PASSED
 from tuner.launches.launcher import Launch
@@ -75,12 +76,9 @@ class LaunchAware:
         return sum(self._needed(rank) - 1 for rank in range(t.finalists)) + t.finalists
 
     def _needed(self, rank: int) -> int:
-        """Runs the finalist at ``rank`` needs: all ``finalists`` get 2, the better half 3, ...
-        up to ``repeats``; the leader always gets a (gated) run beyond its first."""
-        t, runs = self.tuning, 1
-        for stage in range(2, t.repeats + 1):
-            if rank < max(1, math.ceil(t.finalists / 2 ** (stage - 2))):
-                runs = stage
+        """Runs the finalist at ``rank`` needs (successive halving, ``owed_runs``); the leader
+        always gets a gated run beyond its first."""
+        runs = owed_runs(rank, self.tuning.finalists, self.tuning.repeats)
         return max(runs, 2) if rank == 0 else runs
 
     # --- phases -----------------------------------------------------------------------------
