@@ -120,19 +120,35 @@ def test_a_client_that_leaves_mid_stream_frees_its_row(server):
     assert loop.counters.generated_tokens - before < 150
 
 
-def test_the_drain_check_sees_requests_in_flight_and_an_idle_server(server):
+@pytest.fixture(scope="module")
+def slow_server():
+    """Plain decoding with a long context: one request keeps the engine busy for seconds, so
+    the check cannot race a request that already finished."""
+    loop, info = build(ServeOptions(PAIR / "target", None, "none", max_running_requests=2,
+                                    max_context=4096))
+    loop.start()
+    with TestClient(build_app(loop, info)) as client:
+        yield client
+    loop.stop()
+
+
+def test_the_drain_check_sees_requests_in_flight_and_an_idle_server(slow_server):
     from backends.drain import busy_requests
 
-    client, loop, _ = server
+    client = slow_server
     with client.stream("POST", "/v1/completions", json={
-            "prompt": PROMPTS[4], "max_tokens": 200, "ignore_eos": True, "stream": True,
+            "prompt": PROMPTS[4], "max_tokens": 3500, "ignore_eos": True, "stream": True,
             "temperature": 0}) as response:
-        next(response.iter_lines())
+        # Hold the iterator: a dropped one is closed when the garbage collector gets to it,
+        # which disconnects the client and frees the request under the check's feet.
+        lines = response.iter_lines()
+        next(lines)
         deadline = time.monotonic() + 10  # the engine thread may not have counted it yet
         while not busy_requests(client, "dflash") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert busy_requests(client, "dflash") >= 1
-    deadline = time.monotonic() + 10
+    # Leaving the stream disconnects the client; the engine frees the row at its next round.
+    deadline = time.monotonic() + 30
     while busy_requests(client, "dflash") and time.monotonic() < deadline:
         time.sleep(0.01)
     assert busy_requests(client, "dflash") == 0
