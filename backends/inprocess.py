@@ -74,7 +74,9 @@ class InProcessBackend(Backend):
         config = EngineConfig(max_batch=launch.max_running_requests,
                               max_context=workload.input_len + workload.output_len + 1,
                               max_tree_nodes=spec.num_nodes,
-                              batch_buckets=launch.capture_batch_sizes)
+                              batch_buckets=launch.capture_batch_sizes,
+                              cuda_graphs=bool(launch.capture_batch_sizes)
+                              and str(self.device).startswith("cuda"))
         proposer = DFlashProposer(drafter, target) if launch.speculative else None
         return Engine(target, proposer, config), spec
 

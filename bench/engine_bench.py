@@ -11,9 +11,10 @@ DDTree buy end to end? One script for every check; a short table on stdout, JSON
 
 Model shapes come from a config with random weights (speed does not depend on the values):
 `tiny` (CPU, CI), `qwen3-8b`, `qwen3-30b-a3b`. Verify runs with the reference attention and
-with the fused kernels (`EngineConfig.fused_attention`); end to end with `--attention`. Eager
-mode only: CUDA graph capture is issue 4's next step, and this harness is where its effect
-will be measured.
+with the fused kernels (`EngineConfig.fused_attention`); end to end with `--attention`. On a
+GPU both also run as CUDA graphs (`EngineConfig.cuda_graphs`): verify as a captured forward,
+end to end with every round replayed, with the host's share of a round (1 - replay alone /
+round as served).
 
     python bench/engine_bench.py --shapes tiny                       # CPU, seconds
     python bench/engine_bench.py --shapes qwen3-8b --device cuda --dtype bfloat16 --json out.json
@@ -73,8 +74,12 @@ def build_target(shape: str, device: str, dtype: torch.dtype) -> Target:
     return target
 
 
+def _cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
 def sync(device: str) -> None:
-    if device.startswith("cuda"):
+    if _cuda(device):
         torch.cuda.synchronize()
 
 
@@ -93,7 +98,7 @@ def timed(fn, device: str, repeats: int = 5) -> float:
 
 def copy_bandwidth(device: str) -> float:
     """GB/s of a device-to-device copy (read + write)."""
-    n = 64 * 2**20 if device.startswith("cuda") else 8 * 2**20
+    n = 64 * 2**20 if _cuda(device) else 8 * 2**20
     src = torch.empty(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     seconds = timed(lambda: dst.copy_(src), device)
@@ -124,12 +129,34 @@ def _verify_cost(target: Target, contexts, batches, nodes, device: str,
                     _verify(target, cache, batch, context, n, device, fused)
 
                 seconds = timed(forward, device)
-                decode = decode or seconds
+                graphed = timed(graph_of(forward), device) if _cuda(device) else None
+                decode = decode or (seconds, graphed)
                 moved = weight_bytes + batch * context * kv_per_token
                 rows.append({"context": context, "batch": batch, "nodes": n,
-                             "ms": round(seconds * 1e3, 3), "vs_decode": round(seconds / decode, 3),
-                             "achieved_gb_s": round(moved / seconds / 1e9, 1)})
+                             "ms": round(seconds * 1e3, 3), "vs_decode": round(seconds / decode[0], 3),
+                             "achieved_gb_s": round(moved / seconds / 1e9, 1)}
+                            | _graph_columns(graphed, decode[1], moved))
     return rows
+
+
+def _graph_columns(seconds: float | None, decode: float | None, moved: int) -> dict:
+    if seconds is None:
+        return {"graph_ms": None, "graph_vs_decode": None, "graph_gb_s": None}
+    return {"graph_ms": round(seconds * 1e3, 3), "graph_vs_decode": round(seconds / decode, 3),
+            "graph_gb_s": round(moved / seconds / 1e9, 1)}
+
+
+def graph_of(fn):
+    """fn captured in a CUDA graph (after a warm-up on a side stream); returns its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def _verify(target: Target, cache, batch: int, context: int, n: int, device: str,
@@ -146,14 +173,15 @@ def _verify(target: Target, cache, batch: int, context: int, n: int, device: str
 @torch.inference_mode()
 def end_to_end(target: Target, context: int, tokens: int, block: int, top1: float,
                device: str, fused: bool) -> list[dict]:
-    """tok/s from rounds with no per-stage sync (one sync a round, as served); the per-stage
-    ms from a second run that syncs at every stage boundary (honest stage times on a GPU)."""
+    """Eager: tok/s from rounds with no per-stage sync (one sync a round, as served), per-stage
+    ms from a second run that syncs at every stage boundary. Graphs (GPU): tok/s with every
+    round replayed, after a full warm-up run that captured every round shape."""
     prompt = [[int(t) for t in torch.randint(1, 500, (context,))]]
     limits = dict(max_batch=1, max_context=context + tokens + block + 2, max_tree_nodes=65)
 
-    def engine(proposer, timing: bool) -> Engine:
+    def engine(proposer, timing: bool, graphs: bool = False) -> Engine:
         return Engine(target, proposer, EngineConfig(**limits, stage_timing=timing,
-                                                     fused_attention=fused))
+                                                     fused_attention=fused, cuda_graphs=graphs))
 
     plain = engine(None, False)
     plain.generate(prompt, SamplingParams(max_tokens=4))  # warm-up
@@ -164,21 +192,48 @@ def end_to_end(target: Target, context: int, tokens: int, block: int, top1: floa
     specs = {"plain": Spec.none(), f"dflash b{block}": Spec.dflash(block)}
     specs |= {f"ddtree b{block} budget {b}": Spec.ddtree(block, b) for b in (16, 32, 64)}
     sampling = SamplingParams(max_tokens=tokens)
-    rows, base = [], None
-    for name, spec in specs.items():
-        proposer = proposers[name.split()[0]]
-        fast, timed_engine = engine(proposer, False), engine(proposer, True)
-        fast.generate(prompt, SamplingParams(max_tokens=8), spec)  # warm-up
-        sync(device)
-        result = fast.generate(prompt, sampling, spec)
-        staged = timed_engine.generate(prompt, sampling, spec)
-        base = base or result.stats.tokens_per_s
-        stages = {k: round(v / max(staged.stats.rounds, 1) * 1e3, 3)
-                  for k, v in staged.stats.stage_s.items() if k != "prefill"}
-        rows.append({"method": name, "tok_s": round(result.stats.tokens_per_s, 1),
-                     "speedup": round(result.stats.tokens_per_s / base, 2),
-                     "tau": round(result.stats.mean_acceptance, 2), "ms_per_round": stages})
+    rows = []
+    for mode in ("eager", "graphs") if _cuda(device) else ("eager",):
+        base = None
+        for name, spec in specs.items():
+            proposer = proposers[name.split()[0]]
+            if mode == "eager":
+                row = _eager_run(engine(proposer, False), engine(proposer, True), prompt,
+                                 sampling, spec, device)
+            else:
+                row = _graph_run(engine(proposer, True, graphs=True), prompt, sampling, spec)
+            base = base or row["tok_s"]
+            rows.append({"method": name, "mode": mode, **row,
+                         "speedup": round(row["tok_s"] / base, 2)})
     return rows
+
+
+def _eager_run(fast: Engine, staged: Engine, prompt, sampling, spec, device: str) -> dict:
+    fast.generate(prompt, SamplingParams(max_tokens=8), spec)  # warm-up
+    sync(device)
+    result = fast.generate(prompt, sampling, spec)
+    stats = staged.generate(prompt, sampling, spec).stats
+    stages = {k: round(stats.stage_s[k] / max(stats.rounds, 1) * 1e3, 3)
+              for k in ("draft", "build", "verify", "commit")}
+    return {"tok_s": round(result.stats.tokens_per_s, 1),
+            "tau": round(result.stats.mean_acceptance, 2), "ms_per_round": stages,
+            "host_share": None}
+
+
+def _graph_run(engine: Engine, prompt, sampling, spec) -> dict:
+    """Round time as served (wall minus the synced prefill, per round) against the replay of
+    the last round's graph alone: the difference is the host's work between replays."""
+    engine.generate(prompt, sampling, spec)  # captures every shape this run meets
+    sync("cuda")
+    result = engine.generate(prompt, sampling, spec)
+    stats = result.stats
+    round_s = (stats.wall_s - stats.stage_s["prefill"]) / max(stats.rounds, 1)
+    graphs = engine.open_batch(spec, rows=1).round.graphs
+    replay_s = timed(list(graphs.graphs.values())[-1].replay, "cuda", repeats=20)
+    return {"tok_s": round(stats.tokens_per_s, 1), "tau": round(stats.mean_acceptance, 2),
+            "ms_per_round": {"round": round(round_s * 1e3, 3),
+                             "replay": round(replay_s * 1e3, 3)},
+            "host_share": round(max(0.0, 1 - replay_s / round_s), 3)}
 
 
 def main() -> None:
@@ -210,15 +265,24 @@ def main() -> None:
 def print_tables(result: dict) -> None:
     print(f"{result['shapes']} on {result['device']} ({result['dtype']}), "
           f"copy bandwidth {result['copy_gb_s']} GB/s")
-    print("\nattention  context batch nodes      ms  vs_decode  GB/s(weights+KV once)")
+    print("\nattention  context batch nodes      ms  vs_decode  GB/s(weights+KV once)"
+          "  graph_ms  graph_vs_decode  graph GB/s")
     for r in result["verify"]:
         print(f"{r['attention']:<10} {r['context']:>7} {r['batch']:>5} {r['nodes']:>5} "
-              f"{r['ms']:>8} {r['vs_decode']:>9} {r['achieved_gb_s']:>8}")
+              f"{r['ms']:>8} {r['vs_decode']:>9} {r['achieved_gb_s']:>8}  "
+              f"{_cell(r['graph_ms']):>12} {_cell(r['graph_vs_decode']):>16} "
+              f"{_cell(r['graph_gb_s']):>11}")
     print(f"\nend to end, {result['end_to_end_attention']} attention")
-    print("method                       tok/s  speedup   tau  ms per round (draft/build/verify/commit)")
+    print("method                     mode       tok/s  speedup   tau  host  ms per round "
+          "(eager: draft/build/verify/commit; graphs: round/replay)")
     for r in result["end_to_end"]:
-        stages = "/".join(str(r["ms_per_round"][k]) for k in ("draft", "build", "verify", "commit"))
-        print(f"{r['method']:<26} {r['tok_s']:>8} {r['speedup']:>7} {r['tau']:>6}  {stages}")
+        stages = "/".join(str(v) for v in r["ms_per_round"].values())
+        print(f"{r['method']:<26} {r['mode']:<7} {r['tok_s']:>8} {r['speedup']:>7} "
+              f"{r['tau']:>6} {_cell(r['host_share']):>5}  {stages}")
+
+
+def _cell(value) -> str:
+    return "-" if value is None else str(value)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def accept(tree: Tree, post: Tensor, path_len: int) -> Acceptance:
     """post: [B, N] target token per node; path_len: max depth + 1."""
     at_parent = post.gather(1, tree.parents.clamp_min(0))  # [B, N]
     match = (tree.tokens == at_parent) & tree.valid
-    match[:, 0] = True
+    match[:, 0].fill_(True)  # fill_, not setitem: no scalar tensor made on the host
     accepted = ~(tree.mask & ~match[:, None, :]).any(-1) & tree.valid  # [B, N]
     depth = torch.where(accepted, tree.depths, -1)  # [B, N]
     deepest = depth.argmax(-1)  # [B]

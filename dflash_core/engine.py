@@ -14,10 +14,13 @@ import torch
 
 from dflash_core.batch import LiveBatch
 from dflash_core.proposer import Proposer
+from dflash_core.round import Round
 from dflash_core.shapes import RoundShapes
 from dflash_core.spec import SamplingParams, Spec
 from dflash_core.stats import Generation
 from dflash_core.target import Target
+
+DEFAULT_GRAPH_CONTEXT_BUCKET = 256
 
 
 @dataclass(slots=True)
@@ -34,11 +37,17 @@ class EngineConfig:
     # Attention through PyTorch's fused kernels (no [.., N, S] scores; prefill's memory stops
     # growing with the prompt squared) instead of the reference matmuls.
     fused_attention: bool = False
+    # Capture each round shape in a CUDA graph and replay it (graphs.py); needs a CUDA device.
+    # Without a context_bucket the prefix read would differ every round, so graphs read in
+    # buckets of DEFAULT_GRAPH_CONTEXT_BUCKET slots unless one is set.
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_context, self.max_tree_nodes) < 1:
             raise ValueError("engine limits must be >= 1")
         RoundShapes(tuple(self.batch_buckets), self.context_bucket)  # validates them
+        if self.cuda_graphs and not self.context_bucket:
+            self.context_bucket = DEFAULT_GRAPH_CONTEXT_BUCKET
 
 
 class Engine:
@@ -54,14 +63,26 @@ class Engine:
         self.capacity = self.config.max_context + self.config.max_tree_nodes
         self.device = target.lm_head.weight.device
         self.cache = target.allocate_cache(self.config.max_batch, self.capacity)
+        if self.config.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"cuda_graphs needs a CUDA device; the target is on {self.device}")
+        self._rounds: dict[tuple[Spec, int, Proposer | None], Round] = {}
 
     def open_batch(self, spec: Spec, rows: int | None = None, seed: int = 0) -> LiveBatch:
         self.check_spec(spec)
-        cache = self.cache.row_range(rows or self.config.max_batch)
         cfg = self.config
-        return LiveBatch(self.target, self.proposer, cache, spec, cfg.max_context, self.taps,
-                         seed, RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
-                         cfg.stage_timing, cfg.fused_attention)
+        return LiveBatch(self._round(spec, rows or cfg.max_batch), cfg.max_context, seed,
+                         RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
+                         cfg.stage_timing)
+
+    def _round(self, spec: Spec, rows: int) -> Round:
+        """One Round (device state, captured graphs) per (spec, rows, proposer), kept across
+        batches. Batches of one engine share its KV cache: one is open at a time."""
+        key = (spec, rows, self.proposer)  # a swapped proposer gets rounds (graphs) of its own
+        if key not in self._rounds:
+            cfg = self.config
+            self._rounds[key] = Round(self.target, self.proposer, self.cache.row_range(rows),
+                                      spec, self.taps, cfg.fused_attention, cfg.cuda_graphs)
+        return self._rounds[key]
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | None = None,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -50,29 +53,24 @@ class MLP(nn.Module):
 
 
 class MoE(nn.Module):
-    """Qwen3-MoE sparse block: softmax router, top-k experts, optional renormalised weights."""
+    """Qwen3-MoE sparse block: softmax router, top-k experts, optional renormalised weights.
+
+    forward reads nothing back to the host and makes no data-dependent shape, so a CUDA graph
+    can capture it.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.top_k = cfg.num_experts_per_tok
         self.norm_topk_prob = cfg.norm_topk_prob
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
-        self.experts = nn.ModuleList(
-            MLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts)
-        )
+        self.experts = Experts(cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])  # [T, H]
         weights, experts = self.route(tokens)  # [T, k], [T, k]
-        out = torch.zeros_like(tokens)
-        # Loop over the experts that were hit: each reads its weights once for all its tokens,
-        # which is the memory-traffic behaviour the performance model assumes.
-        for expert_id in experts.unique().tolist():
-            rows, slot = (experts == expert_id).nonzero(as_tuple=True)
-            y = self.experts[expert_id](tokens[rows])  # [t, H]
-            out.index_add_(0, rows, y * weights[rows, slot, None])
-        return out.reshape(shape)
+        return self.experts(tokens, weights, experts).reshape(shape)
 
     def route(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         probs = F.softmax(self.gate(tokens).float(), dim=-1)  # [T, E]
@@ -80,3 +78,116 @@ class MoE(nn.Module):
         if self.norm_topk_prob:
             weights = weights / weights.sum(-1, keepdim=True)
         return weights.to(tokens.dtype), experts
+
+
+class Experts(nn.Module):
+    """E SwiGLU experts stacked into [E, out, in] weights, read by grouped GEMMs.
+
+    The state dict keeps the HF per-expert keys (``{e}.gate_proj.weight``, ...): they are views of
+    the stacked weights when saved and are copied into slices of them when loaded.
+    """
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.num_experts, self.intermediate = num_experts, intermediate
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))
+        self.reset_parameters()
+        self.register_state_dict_post_hook(_split_experts)
+        self.register_load_state_dict_pre_hook(_stack_experts)
+
+    def reset_parameters(self) -> None:
+        # Expert by expert in nn.Linear's order and init, so a seed gives the weights it gave
+        # when each expert was an MLP module.
+        for gate, up, down in self.per_expert(self.gate_up_proj.data, self.down_proj.data):
+            for weight in (gate, up, down):
+                nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+
+    def per_expert(self, gate_up: Tensor, down: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """(gate [I, H], up [I, H], down [H, I]) views for each expert."""
+        gate, up = gate_up.split(self.intermediate, dim=1)
+        return list(zip(gate.unbind(0), up.unbind(0), down.unbind(0), strict=True))
+
+    def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        """tokens [T, H], routing weights and expert ids [T, k] -> weighted expert sum [T, H]."""
+        if _grouped_mm_ok(tokens, self.down_proj):
+            y = self._grouped(tokens, experts)  # [T, k, H]
+            return (y * weights[..., None]).sum(1)
+        return self._dense(tokens, weights, experts)
+
+    def _grouped(self, tokens: Tensor, experts: Tensor) -> Tensor:
+        """Each (token, slot) pair through its expert: [T, k, H]. Rows are sorted by expert so each
+        expert's weights are read once; group ends come from a search, not a host count."""
+        flat = experts.flatten()  # [T*k]
+        sorted_ids, order = flat.sort(stable=True)  # [T*k], [T*k]
+        ids = torch.arange(self.num_experts, device=flat.device)  # [E]
+        ends = torch.searchsorted(sorted_ids, ids, right=True, out_int32=True)  # [E]
+        x = tokens.index_select(0, order // experts.shape[1])  # [T*k, H]
+        h = torch._grouped_mm(x, self.gate_up_proj.mT, offs=ends)  # [T*k, 2I]
+        gate, up = h.chunk(2, dim=-1)
+        y = torch._grouped_mm(F.silu(gate) * up, self.down_proj.mT, offs=ends)  # [T*k, H]
+        # Back to (token, slot) order by a copy to distinct rows: deterministic, unlike
+        # accumulating with index_add_, whose CUDA atomics add in any order.
+        return torch.empty_like(y).index_copy_(0, order, y).view(*experts.shape, -1)
+
+    def _dense(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        """Every expert on every token, weighted by a [T, E] matrix that is zero off the route:
+        E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses."""
+        dense = torch.zeros(len(tokens), self.num_experts, dtype=weights.dtype,
+                            device=weights.device).scatter_(1, experts, weights)  # [T, E]
+        gate, up = torch.matmul(tokens, self.gate_up_proj.mT).chunk(2, dim=-1)  # [E, T, I]
+        y = torch.matmul(F.silu(gate) * up, self.down_proj.mT)  # [E, T, H]
+        return torch.einsum("te,eth->th", dense, y)
+
+
+def _grouped_mm_ok(x: Tensor, down: Tensor) -> bool:
+    """Whether torch._grouped_mm takes x and the [E, H, I] expert weights without a host sync.
+
+    Reads only host facts (dtype, shape, device), so the choice is fixed for a captured graph."""
+    if not hasattr(torch, "_grouped_mm") or down.dtype != x.dtype:
+        return False
+    # Every operand's row stride must be a multiple of 16 bytes; each is H or I elements.
+    if any(n * x.element_size() % 16 for n in down.shape[1:]):
+        return False
+    if x.device.type == "cpu":
+        return x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    # On CUDA only the bf16 sm90/sm100 kernel reads the offsets on the device; every other case
+    # falls back to a per-group loop that copies them to the host.
+    return x.device.type == "cuda" and x.dtype == torch.bfloat16 and _sm90_or_sm100(x.device.index)
+
+
+@functools.cache
+def _sm90_or_sm100(index: int) -> bool:
+    return torch.version.hip is None and torch.cuda.get_device_capability(index)[0] in (9, 10)
+
+
+def _split_experts(module: Experts, state: dict[str, Tensor], prefix: str, _meta) -> None:
+    """state_dict post-hook: stacked weights -> HF per-expert keys (views, no copies)."""
+    gate_up, down = state.pop(prefix + "gate_up_proj"), state.pop(prefix + "down_proj")
+    for e, views in enumerate(module.per_expert(gate_up, down)):
+        for name, view in zip(_EXPERT_NAMES, views, strict=True):
+            state[f"{prefix}{e}.{name}.weight"] = view
+
+
+def _stack_experts(module: Experts, state: dict[str, Tensor], prefix: str, *_rest) -> None:
+    """load_state_dict pre-hook: HF per-expert keys -> slices of the stacked weights.
+
+    Copies in place and hands load_state_dict the parameters themselves, so a checkpoint never
+    exists twice. Incomplete or misshapen sets are left alone for load_state_dict to report."""
+    keys = [f"{prefix}{e}.{name}.weight" for e in range(module.num_experts)
+            for name in _EXPERT_NAMES]
+    slots = [view for views in module.per_expert(module.gate_up_proj.data, module.down_proj.data)
+             for view in views]
+    found = [state.get(key) for key in keys]
+    if any(w is None or w.shape != slot.shape for w, slot in zip(found, slots, strict=True)):
+        return
+    with torch.no_grad():
+        for w, slot in zip(found, slots, strict=True):
+            slot.copy_(w)
+    for key in keys:
+        del state[key]
+    state[prefix + "gate_up_proj"] = module.gate_up_proj
+    state[prefix + "down_proj"] = module.down_proj
+
+
+_EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")

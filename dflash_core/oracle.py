@@ -44,44 +44,57 @@ class OracleProposer:
         self.references = references  # prompt + true continuation, per request
         self.seed = seed
         self.tap_layers: list[int] = []  # needs no target features
-        self._device_state: tuple[Tensor, torch.Generator] | None = None
+        self._device_state: tuple[Tensor, torch.Generator, Tensor] | None = None
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The draw's generator, once the first propose made it (a CUDA graph registers it)."""
+        return self._device_state[1] if self._device_state else None
 
     def begin(self, batch: int, capacity: int) -> None:
-        self._device_state = None  # reseeded on the first propose
+        # Reseeded in place: a captured CUDA graph holds these very tensors.
+        if self._device_state is not None:
+            self._device_state[1].manual_seed(self.seed)
+
+    def absorb(self, rows: list[int], features: Tensor, positions: Tensor) -> None:
+        pass  # it reads no target features
 
     def propose(self, draft: DraftInput) -> Tensor:
-        truth_table, generator = self._state(draft.anchors.device)
+        truth_table, generator, profile = self._state(draft.anchors.device)
         depth = draft.block_size - 1
         batch = len(draft.starts)
         index = draft.starts[:, None] + 1 + torch.arange(depth, device=draft.starts.device)
         truth = truth_table[:batch].gather(1, index.clamp_max(truth_table.shape[1] - 1))  # [B, L]
         noise = torch.randn(batch, depth, self.vocab_size, generator=generator,
                             device=truth.device)
-        ranks = self._ranks(batch, depth, generator)
-        return _place(noise, truth, ranks, self._confidence(depth, truth.device))
+        ranks = _ranks(profile[:, :depth], batch, generator)
+        return _place(noise, truth, ranks, _confidence(profile[:, :depth]))
 
-    def _confidence(self, depth: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """Calibrated draft probabilities of the rank-0 and rank-1 tokens per depth: a drafter
-        that is right 86% of the time puts ~0.86 on its first choice, which is what makes the
-        DDTree surrogate (products of these) shape the tree as a real drafter would."""
-        top1 = torch.tensor(self.profile.top1[:depth], device=device).clamp(0.02, 0.98)
-        second = torch.tensor(self.profile.second[:depth], device=device)
-        return top1, torch.minimum(second.clamp_min(0.01), top1 * 0.9)
-
-    def _state(self, device: torch.device) -> tuple[Tensor, torch.Generator]:
+    def _state(self, device: torch.device) -> tuple[Tensor, torch.Generator, Tensor]:
+        """Device tensors made once, so a round creates none from Python lists (a CUDA graph
+        cannot hold a host-to-device copy)."""
         if self._device_state is None:
             width = max(map(len, self.references)) + 1  # past the reference: token 0, no match
             rows = [r + [0] * (width - len(r)) for r in self.references]
             generator = torch.Generator(device).manual_seed(self.seed)
-            self._device_state = (torch.tensor(rows, device=device), generator)
+            profile = torch.tensor([self.profile.top1, self.profile.second], device=device)
+            self._device_state = (torch.tensor(rows, device=device), generator, profile)
         return self._device_state
 
-    def _ranks(self, batch: int, depth: int, generator: torch.Generator) -> Tensor:
-        device = generator.device
-        u = torch.rand(batch, depth, generator=generator, device=device)
-        top1 = torch.tensor(self.profile.top1[:depth], device=device)
-        second = top1 + torch.tensor(self.profile.second[:depth], device=device)
-        return (u >= top1).long() + (u >= second).long()  # [B, L]: 0, 1 or 2 (= last)
+
+def _confidence(profile: Tensor) -> tuple[Tensor, Tensor]:
+    """Calibrated draft probabilities of the rank-0 and rank-1 tokens per depth (profile
+    [2, L]: top1, second): a drafter that is right 86% of the time puts ~0.86 on its first
+    choice, which is what makes the DDTree surrogate (products of these) shape the tree as a
+    real drafter would."""
+    top1 = profile[0].clamp(0.02, 0.98)
+    return top1, torch.minimum(profile[1].clamp_min(0.01), top1 * 0.9)
+
+
+def _ranks(profile: Tensor, batch: int, generator: torch.Generator) -> Tensor:
+    u = torch.rand(batch, profile.shape[1], generator=generator, device=profile.device)
+    top1, second = profile[0], profile[0] + profile[1]
+    return (u >= top1).long() + (u >= second).long()  # [B, L]: 0, 1 or 2 (= last)
 
 
 def _place(noise: Tensor, truth: Tensor, ranks: Tensor,

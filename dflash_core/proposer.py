@@ -20,9 +20,9 @@ from dflash_core.target import Target
 
 @dataclass(slots=True)
 class DraftInput:
-    features: Tensor  # [B, C, F] target features of newly committed positions (rows past a
-    #                   request's count are padding; they land past its prefix and are rewritten)
-    feature_positions: Tensor  # [B, C]
+    features: Tensor  # [B, A, F] target features of the last round's accepted path (entries
+    #                   past a row's acceptance are padding: they land past its prefix, unread)
+    feature_positions: Tensor  # [B, A]
     anchors: Tensor  # [B] token at position `starts`
     starts: Tensor  # [B] anchor position = committed length
     read_len: int  # max start over the batch
@@ -35,6 +35,9 @@ class Proposer(Protocol):
     tap_layers: list[int]  # target layers whose outputs it needs
 
     def begin(self, batch: int, capacity: int) -> None: ...
+
+    # A new request's prompt context, written at admission so rounds keep one shape.
+    def absorb(self, rows: list[int], features: Tensor, positions: Tensor) -> None: ...
 
     def propose(self, draft: DraftInput) -> Tensor: ...  # [B, block_size - 1, V] logits
 
@@ -50,6 +53,11 @@ class DFlashProposer:
     def begin(self, batch: int, capacity: int) -> None:
         if self.cache is None or self.cache.k.shape[1] < batch or self.cache.capacity < capacity:
             self.cache = self.drafter.allocate_cache(batch, capacity)
+
+    def absorb(self, rows: list[int], features: Tensor, positions: Tensor) -> None:
+        """features: [n, P, F] at positions [P] for cache rows `rows` (admission: not hot)."""
+        for i, row in enumerate(rows):
+            self.drafter.write_context(features[i : i + 1], positions[None], self.cache.row(row))
 
     def propose(self, draft: DraftInput) -> Tensor:
         cache = self.cache.row_range(len(draft.starts))

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-STAGES = ("prefill", "draft", "build", "verify", "commit")
+# "round": a whole round replayed as a CUDA graph (its stages cannot be timed apart).
+STAGES = ("prefill", "draft", "build", "verify", "commit", "round")
 
 
 @dataclass(slots=True)

@@ -96,7 +96,7 @@ def _root_only(anchors: Tensor, num_nodes: int) -> Tree:
     tokens = torch.zeros(b, num_nodes, dtype=torch.long, device=dev)  # [B, N]
     tokens[:, 0] = anchors
     valid = torch.zeros(b, num_nodes, dtype=torch.bool, device=dev)  # [B, N]
-    valid[:, 0] = True
+    valid[:, 0].fill_(True)
     parents = torch.full_like(tokens, -1)
     return _make_tree(tokens, parents, torch.zeros_like(tokens), valid, 0)
 
@@ -240,7 +240,7 @@ def _select(anchors: Tensor, levels: list[tuple[Tensor, ...]], budget: int, dept
     parents = torch.cat([root - 1, body(node_parent, -1)], dim=1)  # [B, N]
     depths = torch.cat([root, body(depths.gather(1, order), 0)], dim=1)  # [B, N]
     valid = depths > 0  # [B, N] real nodes are at depth >= 1
-    valid[:, 0] = True
+    valid[:, 0].fill_(True)
     return _make_tree(tokens, parents, depths, valid, depth)
 
 

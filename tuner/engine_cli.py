@@ -94,7 +94,8 @@ def serve(
         max_context: Annotated[int, typer.Option(help="Prompt + output tokens per request.")]
         = 2048,
         cuda_graph_bs: Annotated[str, typer.Option(
-            help="Capture batch sizes, e.g. '1,2,4,8' (recorded; the engine is eager for now).")]
+            help="CUDA graph batch sizes, e.g. '1,2,4,8': rounds run padded to these sizes "
+                 "and, on a CUDA device, replay captured graphs. Empty: eager.")]
         = "",
         host: str = "127.0.0.1", port: int = 8000,
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",

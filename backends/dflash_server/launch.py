@@ -49,18 +49,19 @@ def build(options: ServeOptions):
     spec = spec_for(options.method, drafter.config.block_size if drafter else None,
                     options.block_size, options.budget, options.width, options.depth,
                     options.spine)
+    graphs = bool(options.cuda_graph_bs) and options.device.startswith("cuda")
     config = EngineConfig(max_batch=options.max_running_requests,
                           max_context=options.max_context, max_tree_nodes=spec.num_nodes,
-                          batch_buckets=tuple(options.cuda_graph_bs))
+                          batch_buckets=tuple(options.cuda_graph_bs), cuda_graphs=graphs)
     engine = Engine(target, DFlashProposer(drafter, target) if drafter else None, config)
     tokenizer_path = Path(options.target) / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise FileNotFoundError(f"{tokenizer_path} not found (the server needs a tokenizer)")
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    if options.cuda_graph_bs:
-        log.warning("--cuda-graph-bs %s: rounds run padded to these batch sizes (the shapes "
-                    "graphs would replay); dflash_core does not capture CUDA graphs yet",
-                    options.cuda_graph_bs)
+    if options.cuda_graph_bs and not graphs:
+        log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
+                    "CUDA graphs (they need a CUDA device)", options.cuda_graph_bs,
+                    options.device)
     info = ServerInfo(options.served_model_name or Path(options.target).name, tokenizer,
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       {k: str(v) if isinstance(v, Path) else v

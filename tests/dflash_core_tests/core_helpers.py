@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dflash_core import (
     DFlashProposer,
@@ -61,3 +62,40 @@ def dflash_engine(moe: bool = False, batch: int = 4) -> Engine:
 
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], [3]]
+
+
+# --- host-sync detection ----------------------------------------------------------------------
+
+# Ops that read device data on the host or size their output by it (a CUDA graph cannot hold
+# them). bincount is here because its CUDA kernel reads max() back to size the output.
+HOST_SYNC_OPS = frozenset({
+    "aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.lift_fresh",
+    "aten._unique", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive", "aten.bincount",
+})
+
+
+class _OpRecorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if name in ("aten.index", "aten.index_put", "aten.index_put_") and _has_bool_index(args):
+            name += "[bool]"  # boolean-mask indexing: a nonzero inside
+        self.ops.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _has_bool_index(args) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+def host_sync_ops(fn) -> set[str]:
+    """The host-syncing or data-dependent-shape ops `fn()` dispatched (empty when it has none).
+
+    `.tolist()` and `.numpy()` bypass the dispatcher on CPU: run on meta tensors to catch those."""
+    with _OpRecorder() as recorder:
+        fn()
+    return {op for op in recorder.ops if op in HOST_SYNC_OPS or op.endswith("[bool]")}

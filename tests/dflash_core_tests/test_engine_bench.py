@@ -23,6 +23,8 @@ def test_engine_bench_runs_on_cpu_and_reports_every_check(tmp_path):
     assert len(verify) == 2 * 2 * 2 * 4  # kernels x contexts x batches x tree sizes
     assert {r["attention"] for r in verify} == {"reference", "fused"}
     assert all(r["vs_decode"] == 1.0 for r in verify if r["nodes"] == 1)
+    assert all(r["graph_ms"] is None for r in verify)  # CUDA graphs need a GPU
+    assert {r["mode"] for r in result["end_to_end"]} == {"eager"}
     taus = {r["method"]: r["tau"] for r in result["end_to_end"]}
     assert taus["plain"] == 1.0 and taus["dflash b8"] > 3  # the oracle's profile, not noise
     # A calibrated oracle makes the tree accept more than the chain, as with a real drafter.
@@ -36,4 +38,12 @@ def test_engine_bench_runs_on_the_gpu(tmp_path):
     run = subprocess.run([sys.executable, str(BENCH), "--shapes", "tiny", "--device", "cuda",
                           "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    assert json.loads(out.read_text())["dtype"] == "torch.bfloat16"
+    result = json.loads(out.read_text())
+    assert result["dtype"] == "torch.bfloat16"
+    assert all(r["graph_vs_decode"] is not None for r in result["verify"])
+    graphed = [r for r in result["end_to_end"] if r["mode"] == "graphs"]
+    eager = {r["method"]: r["tau"] for r in result["end_to_end"] if r["mode"] == "eager"}
+    assert set(eager) == {r["method"] for r in graphed}
+    # The oracle's draws come from the registered generator: replays accept as eager rounds do.
+    assert all(abs(r["tau"] - eager[r["method"]]) <= 0.1 * eager[r["method"]] for r in graphed)
+    assert all(0 <= r["host_share"] <= 1 for r in graphed)

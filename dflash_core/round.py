@@ -1,0 +1,143 @@
+"""One decode round on the device: draft -> build tree -> verify -> accept -> commit.
+
+Everything a round reads or leaves behind lives in `RoundState`, tensors allocated once for every
+row of the batch and rewritten in place. A round over rows [0, n) with a prefix read of
+`read_len` slots therefore touches the same storage every time it runs with those two numbers:
+that is what lets a CUDA graph capture it once and replay it (graphs.py). Nothing in a round reads
+a device value on the host or makes a tensor from a Python list; its one result for the host is
+`packet`, read after the round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dflash_core.accept import accept
+from dflash_core.graphs import RoundGraphs
+from dflash_core.kv_cache import KVCache
+from dflash_core.proposer import DraftInput, Proposer
+from dflash_core.sampling import SamplingTable, sample_table
+from dflash_core.spec import Spec
+from dflash_core.stats import GenerationStats
+from dflash_core.step import Step
+from dflash_core.target import Target
+from dflash_core.tree import Tree, build_tree, chain_tree
+
+
+@dataclass(slots=True)
+class RoundState:
+    anchors: Tensor  # [R] long: the token at position `starts`, not yet in the cache
+    starts: Tensor  # [R] long: committed length (copied from the host before each round)
+    features: Tensor  # [R, A, F]: target features of the last accepted path, for the drafter
+    feature_positions: Tensor  # [R, A] long
+    packet: Tensor  # [R, 2 + A] long: tau, bonus token, accepted path tokens (the host's read)
+    sampling: SamplingTable  # [R] per-row sampling parameters
+
+    @classmethod
+    def allocate(cls, rows: int, path_len: int, feature_width: int, dtype: torch.dtype,
+                 device: torch.device) -> RoundState:
+        long = dict(dtype=torch.long, device=device)
+        return cls(torch.zeros(rows, **long), torch.zeros(rows, **long),
+                   torch.zeros(rows, path_len, feature_width, dtype=dtype, device=device),
+                   torch.arange(path_len, **long).repeat(rows, 1),
+                   torch.zeros(rows, 2 + path_len, **long),
+                   SamplingTable.allocate(rows, device))
+
+
+class Round:
+    """The device side of a live batch: its stages over the first n rows of `state`.
+
+    The engine keeps one per (Spec, rows) across batches, so captured graphs outlive a
+    `generate` call; a batch only reseeds the generator and brings its own stats."""
+
+    def __init__(self, target: Target, proposer: Proposer | None, cache: KVCache, spec: Spec,
+                 taps: list[int], fused: bool, cuda_graphs: bool) -> None:
+        self.target, self.proposer, self.cache, self.spec = target, proposer, cache, spec
+        self.taps, self.fused = taps, fused
+        self.device = target.lm_head.weight.device
+        self.generator = torch.Generator(self.device)
+        self.stats = GenerationStats()
+        width = target.config.hidden_size * len(taps)
+        self.path_len = spec.max_depth + 1  # A: the longest accepted path, root included
+        self.state = RoundState.allocate(cache.k.shape[1], self.path_len, width, cache.k.dtype,
+                                         self.device)
+        self.graphs = RoundGraphs(
+            lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
+            if cuda_graphs else None
+
+    def reset(self, seed: int, stats: GenerationStats) -> None:
+        """A new batch: every row idle, the generator at `seed`, its stats."""
+        self.generator.manual_seed(seed)
+        self.stats = stats
+        for row in range(self.state.anchors.shape[0]):
+            self.state.sampling.set_row(row, None)
+
+    def step(self, n: int, read_len: int, mode: str, stage_timing: bool) -> None:
+        """`run`, or the graph of its shape where graphs are on (timed as one "round")."""
+        if self.graphs is None:
+            self.run(n, read_len, mode, stage_timing)
+            return
+        with self.stats.timed("round", self.device, stage_timing):
+            self.graphs.run((n, read_len, mode), lambda: self.run(n, read_len, mode, False))
+
+    def run(self, n: int, read_len: int, mode: str, stage_timing: bool) -> None:
+        """Rows [0, n); `read_len` prefix slots; `mode` = the sampling table's mode for them.
+        With stage_timing each stage is timed (a sync per stage on a GPU)."""
+        timed, device = self.stats.timed, self.device
+        state, cache = self.state, self.cache.row_range(n)
+        starts = state.starts[:n]
+        with timed("draft", device, stage_timing):
+            draft_logits = self._draft(n, read_len)  # [n, L, V] or None
+        with timed("build", device, stage_timing):
+            tree = self._tree(state.anchors[:n], draft_logits)
+        with timed("verify", device, stage_timing):
+            post, features = self._verify(cache, starts, read_len, tree, mode)
+        with timed("commit", device, stage_timing):
+            self._commit(cache, starts, tree, post, features)
+
+    def _draft(self, n: int, read_len: int) -> Tensor | None:
+        if self.spec.method == "none":
+            return None
+        state = self.state
+        return self.proposer.propose(DraftInput(
+            state.features[:n], state.feature_positions[:n], state.anchors[:n],
+            state.starts[:n], read_len, self.spec.block_size, self.fused))
+
+    def _tree(self, anchors: Tensor, draft_logits: Tensor | None) -> Tree:
+        spec = self.spec
+        if spec.method == "none":
+            return chain_tree(anchors, anchors[:, None][:, :0])
+        if spec.method == "dflash":
+            return chain_tree(anchors, draft_logits.argmax(-1))
+        # Width above the budget cannot change the tree (a child ranked below `budget` has
+        # `budget` better siblings), so cap it: the candidate set is budget x width per depth.
+        width = min(spec.width or spec.budget, spec.budget)
+        return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, width,
+                          spec.max_depth, spec.spine)
+
+    def _verify(self, cache: KVCache, starts: Tensor, read_len: int, tree: Tree,
+                mode: str) -> tuple[Tensor, Tensor]:
+        """One target forward over every node of every row -> the target's token per node
+        [n, N] and the nodes' features [n, N, F]."""
+        nodes = torch.arange(tree.num_nodes, device=self.device)
+        step = Step(starts[:, None] + tree.depths, starts[:, None] + nodes, starts, read_len,
+                    tree.mask, self.fused)
+        hidden, features = self.target(tree.tokens, step, cache, self.taps)  # [n, N, *]
+        table = self.state.sampling.rows(len(starts))
+        return sample_table(self.target.logits(hidden), table, self.generator, mode), features
+
+    def _commit(self, cache: KVCache, starts: Tensor, tree: Tree, post: Tensor,
+                features: Tensor) -> None:
+        n, state = len(starts), self.state
+        acc = accept(tree, post, self.path_len)
+        cache.commit(starts, acc.path)
+        path = acc.path[..., None].expand(-1, -1, features.shape[-1])  # [n, A, F]
+        state.features[:n].copy_(features.gather(1, path))
+        offsets = torch.arange(self.path_len, device=self.device)
+        state.feature_positions[:n].copy_(starts[:, None] + offsets)
+        accepted = tree.tokens.gather(1, acc.path)  # [n, A]
+        state.packet[:n].copy_(torch.cat([acc.lengths[:, None], acc.bonus[:, None], accepted], 1))
+        state.anchors[:n].copy_(acc.bonus)
