@@ -54,9 +54,10 @@ SHAPES = {
                           head_dim=128, num_experts=128, num_experts_per_tok=8,
                           moe_intermediate_size=768),
 }
-QUICK = dict(contexts=[64, 128], batches=[1, 2], nodes=[1, 4, 8, 16], tokens=160, block=8)
+QUICK = dict(contexts=[64, 128], batches=[1, 2], nodes=[1, 4, 8, 16], tokens=160, block=8,
+             budgets=[16, 32, 64], e2e_context=64)
 FULL = dict(contexts=[1024, 4096, 16384], batches=[1, 4, 16], nodes=[1, 8, 16, 32, 64, 128, 256],
-            tokens=256, block=16)
+            tokens=256, block=16, budgets=[8, 16, 32, 64, 128], e2e_context=4096)
 
 
 def build_target(shape: str, device: str, dtype: torch.dtype) -> Target:
@@ -171,13 +172,14 @@ def _verify(target: Target, cache, batch: int, context: int, n: int, device: str
 
 
 @torch.inference_mode()
-def end_to_end(target: Target, context: int, tokens: int, block: int, top1: float,
-               device: str, fused: bool) -> list[dict]:
+def end_to_end(target: Target, context: int, tokens: int, block: int, budgets: list[int],
+               top1: float, device: str, fused: bool) -> list[dict]:
     """Eager: tok/s from rounds with no per-stage sync (one sync a round, as served), per-stage
     ms from a second run that syncs at every stage boundary. Graphs (GPU): tok/s with every
     round replayed, after a full warm-up run that captured every round shape."""
     prompt = [[int(t) for t in torch.randint(1, 500, (context,))]]
-    limits = dict(max_batch=1, max_context=context + tokens + block + 2, max_tree_nodes=65)
+    limits = dict(max_batch=1, max_context=context + tokens + block + 2,
+                  max_tree_nodes=max(budgets) + 1)
 
     def engine(proposer, timing: bool, graphs: bool = False) -> Engine:
         return Engine(target, proposer, EngineConfig(**limits, stage_timing=timing,
@@ -190,7 +192,7 @@ def end_to_end(target: Target, context: int, tokens: int, block: int, top1: floa
                             AcceptanceProfile.constant(block - 1, top1, (1 - top1) / 2))
     proposers = {"plain": None} | {name: oracle for name in ("dflash", "ddtree")}
     specs = {"plain": Spec.none(), f"dflash b{block}": Spec.dflash(block)}
-    specs |= {f"ddtree b{block} budget {b}": Spec.ddtree(block, b) for b in (16, 32, 64)}
+    specs |= {f"ddtree b{block} budget {b}": Spec.ddtree(block, b) for b in budgets}
     sampling = SamplingParams(max_tokens=tokens)
     rows = []
     for mode in ("eager", "graphs") if _cuda(device) else ("eager",):
@@ -245,40 +247,71 @@ def main() -> None:
     parser.add_argument("--attention", choices=("fused", "reference"), default="fused",
                         help="attention kernels of the end-to-end runs (verify runs both)")
     parser.add_argument("--json", type=Path, default=None)
+    for name in ("contexts", "batches", "nodes", "budgets"):
+        parser.add_argument(f"--{name}", type=_ints, default=None,
+                            help=f"comma-separated, instead of the plan's {name}")
+    parser.add_argument("--e2e-context", type=int, default=None,
+                        help="prompt tokens of the end-to-end runs (plan: 4096; tiny: 64)")
     args = parser.parse_args()
-    plan = QUICK if args.shapes == "tiny" else FULL
+    plan = dict(QUICK if args.shapes == "tiny" else FULL)
+    plan |= {k: getattr(args, k) for k in ("contexts", "batches", "nodes", "budgets", "e2e_context")
+             if getattr(args, k)}
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device != "cpu" else "float32"))
     target = build_target(args.shapes, args.device, dtype)
     result = {"shapes": args.shapes, "device": args.device, "dtype": str(dtype),
               "copy_gb_s": round(copy_bandwidth(args.device), 1),
               "verify": verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
                                     args.device),
-              "end_to_end": end_to_end(target, plan["contexts"][0], plan["tokens"],
-                                       plan["block"], args.top1, args.device,
+              "end_to_end": end_to_end(target, plan["e2e_context"], plan["tokens"],
+                                       plan["block"], plan["budgets"], args.top1, args.device,
                                        args.attention == "fused"),
-              "end_to_end_attention": args.attention}
+              "end_to_end_attention": args.attention, "end_to_end_context": plan["e2e_context"]}
+    result["best_ddtree"] = best_ddtree(result["end_to_end"])
+    for row in result["verify"]:  # the roofline: bytes that must move at the copy bandwidth
+        row["of_copy"] = round(row["achieved_gb_s"] / result["copy_gb_s"], 3)
+        row["graph_of_copy"] = row["graph_gb_s"] and round(row["graph_gb_s"] / result["copy_gb_s"], 3)
     print_tables(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 
 
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def best_ddtree(rows: list[dict]) -> dict:
+    """Per mode: the DDTree budget with the most tok/s and its ratio to DFlash's."""
+    best = {}
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        mine = [r for r in rows if r["mode"] == mode]
+        dflash = next(r for r in mine if r["method"].startswith("dflash"))
+        tree = max((r for r in mine if r["method"].startswith("ddtree")), key=lambda r: r["tok_s"])
+        best[mode] = {"method": tree["method"],
+                      "vs_dflash": round(tree["tok_s"] / dflash["tok_s"], 2)}
+    return best
+
+
 def print_tables(result: dict) -> None:
     print(f"{result['shapes']} on {result['device']} ({result['dtype']}), "
           f"copy bandwidth {result['copy_gb_s']} GB/s")
-    print("\nattention  context batch nodes      ms  vs_decode  GB/s(weights+KV once)"
-          "  graph_ms  graph_vs_decode  graph GB/s")
+    print("\nGB/s = (weights + prefix KV, read once) / time; roof = that / copy bandwidth")
+    print("attention  context batch nodes       ms vs_decode    GB/s  roof   graph_ms "
+          "graph_vs_decode graph_GB/s graph_roof")
     for r in result["verify"]:
         print(f"{r['attention']:<10} {r['context']:>7} {r['batch']:>5} {r['nodes']:>5} "
-              f"{r['ms']:>8} {r['vs_decode']:>9} {r['achieved_gb_s']:>8}  "
-              f"{_cell(r['graph_ms']):>12} {_cell(r['graph_vs_decode']):>16} "
-              f"{_cell(r['graph_gb_s']):>11}")
-    print(f"\nend to end, {result['end_to_end_attention']} attention")
+              f"{r['ms']:>8} {r['vs_decode']:>9} {r['achieved_gb_s']:>7} {r['of_copy']:>5} "
+              f"{_cell(r['graph_ms']):>10} {_cell(r['graph_vs_decode']):>15} "
+              f"{_cell(r['graph_gb_s']):>10} {_cell(r['graph_of_copy']):>10}")
+    print(f"\nend to end, batch 1, {result['end_to_end_context']}-token prompt, "
+          f"{result['end_to_end_attention']} attention")
     print("method                     mode       tok/s  speedup   tau  host  ms per round "
           "(eager: draft/build/verify/commit; graphs: round/replay)")
     for r in result["end_to_end"]:
         stages = "/".join(str(v) for v in r["ms_per_round"].values())
         print(f"{r['method']:<26} {r['mode']:<7} {r['tok_s']:>8} {r['speedup']:>7} "
               f"{r['tau']:>6} {_cell(r['host_share']):>5}  {stages}")
+    for mode, best in result["best_ddtree"].items():
+        print(f"best DDTree ({mode}): {best['method']}, {best['vs_dflash']}x DFlash")
 
 
 def _cell(value) -> str:

@@ -66,6 +66,10 @@ class Engine:
         if self.config.cuda_graphs and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs needs a CUDA device; the target is on {self.device}")
         self._rounds: dict[tuple[Spec, int, Proposer | None], Round] = {}
+        if proposer is not None:
+            # Its cache at the largest size now: a later, larger batch would reallocate it
+            # under the graphs captured on the old one.
+            proposer.begin(self.config.max_batch, self.capacity)
 
     def open_batch(self, spec: Spec, rows: int | None = None, seed: int = 0) -> LiveBatch:
         self.check_spec(spec)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every GPU check of dflash_core in one call (a lent GPU is scarce: one command, then give it
+# back): the gpu-marked tests, then the engine benchmark on both model layouts. Each step has
+# its own time limit and writes its log and JSON under $OUT (default ./gpu_out), so a step
+# that fails or runs out of time still leaves the others' results.
+#
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh          # about 8 minutes on one H200
+#
+# Needs only torch, safetensors and tokenizers (dflash_core's own dependencies).
+set -u
+out=${OUT:-gpu_out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python=${PYTHON:-python3}
+
+step() {  # step NAME LIMIT_S COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name (limit ${limit}s)"
+    local began=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    tail -n 40 "$out/$name.log"
+    echo "=== $name: exit $rc after $((SECONDS - began)) s"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
+"$python" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
+    >>"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+step pytest_gpu 150 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests
+step bench_qwen3_8b 200 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
+    --json "$out/qwen3_8b.json"
+step bench_qwen3_30b_a3b 200 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
+    --contexts 4096 --batches 1,4 --budgets 16,32,64 \
+    --device cuda --json "$out/qwen3_30b_a3b.json"
