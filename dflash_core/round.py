@@ -72,8 +72,7 @@ class Round:
         """A new batch: every row idle, the generator at `seed`, its stats."""
         self.generator.manual_seed(seed)
         self.stats = stats
-        for row in range(self.state.anchors.shape[0]):
-            self.state.sampling.set_row(row, None)
+        self.state.sampling.clear()
 
     def step(self, n: int, read_len: int, mode: str, stage_timing: bool) -> None:
         """`run`, or the graph of its shape where graphs are on (timed as one "round")."""

@@ -96,6 +96,15 @@ class SamplingTable:
         self.samples[row] = samples
         self.filters[row] = samples and (params.top_k > 0 or params.top_p < 1.0)
 
+    def clear(self) -> None:
+        """Every row idle (greedy), in place."""
+        with torch.inference_mode():
+            for tensor, value in ((self.temperature, 1.0), (self.top_k, 0), (self.top_p, 1.0),
+                                  (self.greedy, True)):
+                tensor.fill_(value)
+        self.samples[:] = [False] * len(self.samples)
+        self.filters[:] = [False] * len(self.filters)
+
     def rows(self, n: int) -> SamplingTable:
         """The first n rows, as views (a graph captured on them sees later set_row writes)."""
         return SamplingTable(self.temperature[:n], self.top_k[:n], self.top_p[:n],

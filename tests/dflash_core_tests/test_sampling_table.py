@@ -136,6 +136,10 @@ def test_mode_tracks_the_rows_on_the_host():
     table.set_row(3, SamplingParams())
     assert table.mode() == "sample" and table.greedy.tolist() == [True, False, True, True]
     assert torch.equal(table.temperature, torch.tensor([1.0, 0.8, 1.0, 1.0]))
+    table.set_row(2, SamplingParams(temperature=0.5, top_k=3))
+    table.clear()  # a new batch: every row idle
+    assert table.mode() == "greedy" and table.greedy.all() and table.top_k.sum() == 0
+    assert torch.equal(table.temperature, torch.ones(4))
     after = [t.data_ptr() for t in (table.temperature, table.top_k, table.top_p, table.greedy)]
     assert after == pointers
 
