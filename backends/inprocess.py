@@ -51,6 +51,8 @@ class InProcessBackend(Backend):
             self.flags(params)  # what the server could not express, this cannot run either
             engine, spec = self._engine(LaunchParams.from_params(params), workload)
             engine.check_spec(spec)  # e.g. a block larger than the drafter's fails here, not later
+            if engine.config.cuda_graphs:  # part of the launch, as a server's capture is
+                _capture(engine, spec, workload)
         except UnsupportedParams as error:
             raise LaunchFailed(FailureClass.UNSUPPORTED, str(error)) from error
         except InvalidParams as error:
@@ -107,6 +109,14 @@ class InProcessBackend(Backend):
         with torch.inference_mode():
             return _ClosedLoop(engine.open_batch(spec, seed=self.seed), prompts, sampling,
                                concurrency, total).run()
+
+
+def _capture(engine, spec, workload: Workload) -> None:
+    import torch
+
+    with torch.inference_mode():
+        engine.open_batch(spec).capture(modes=("sample" if workload.temperature > 0
+                                               else "greedy",))
 
 
 class _EngineSession(Session):

@@ -130,6 +130,28 @@ class LiveBatch:
         self.round.step(n, read_len, mode, self.stage_timing)
         return self._emit_round(n)
 
+    def capture(self, read_lens: list[int] | None = None,
+                modes: tuple[str, ...] = ("greedy",)) -> int:
+        """Capture the CUDA graphs of every row count (largest first) x read length x sampling
+        mode before any request arrives, so no request waits for a capture. Each capture runs
+        one real round over idle rows (harmless: they compute into their own rows). Default
+        read lengths: every bucket up to the engine's max_context. Returns how many graphs were
+        made."""
+        graphs = self.round.graphs
+        if graphs is None:
+            raise ValueError("CUDA graphs are off (EngineConfig.cuda_graphs)")
+        if self.live_rows():
+            raise RuntimeError("capture runs rounds on idle rows: call it before admitting")
+        before = graphs.captures
+        lens = read_lens or self.shapes.all_read_lens(self.max_context, self.cache.capacity)
+        self.state.starts.zero_()
+        for n in self.shapes.all_rows(len(self.requests)):
+            for read_len in lens:
+                for mode in modes:
+                    if (n, read_len, mode) not in graphs.graphs:
+                        self.round.step(n, read_len, mode, False)
+        return graphs.captures - before
+
     def _emit_round(self, n: int) -> list[Emitted]:
         host = self.state.packet[:n].tolist()  # the round's one host sync
         self.stats.rounds += 1

@@ -33,3 +33,16 @@ class RoundShapes:
             return longest
         bucket = self.context_bucket
         return min(-(-longest // bucket) * bucket, capacity)
+
+    def all_rows(self, available: int) -> list[int]:
+        """Every row count a round can run over, largest first (the order to capture in)."""
+        return sorted({self.rows(k, available) for k in range(1, available + 1)}, reverse=True)
+
+    def all_read_lens(self, max_context: int, capacity: int) -> list[int]:
+        """Every bucketed prefix read of contexts 1..max_context - 1, largest first; needs a
+        context bucket (exact reads take every length)."""
+        if not self.context_bucket:
+            raise ValueError("every read length is possible without a context_bucket")
+        lens = range(1, max_context, self.context_bucket)
+        return sorted({self.read_len(n, capacity) for n in [*lens, max_context - 1]},
+                      reverse=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,7 +67,13 @@ def build(options: ServeOptions):
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       {k: str(v) if isinstance(v, Path) else v
                        for k, v in asdict(options).items()})
-    return EngineLoop(engine, spec, options.seed), info
+    loop = EngineLoop(engine, spec, options.seed)
+    if graphs:  # before the first request, as servers do; sampling modes are captured lazily
+        began = time.perf_counter()
+        with torch.inference_mode():
+            made = loop.batch.capture()
+        log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
+    return loop, info
 
 
 def serve(options: ServeOptions) -> None:

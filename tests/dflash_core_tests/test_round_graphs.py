@@ -89,6 +89,8 @@ def test_rounds_keep_their_storage_across_rounds_and_generate_calls():
 def test_cuda_graphs_need_a_cuda_device():
     with pytest.raises(ValueError, match="CUDA"):
         _engine(make_target(), None, cuda_graphs=True)
+    with pytest.raises(ValueError, match="graphs are off"):
+        _engine(make_target(), None).open_batch(Spec.none()).capture()
     config = EngineConfig(cuda_graphs=True)
     assert config.context_bucket > 0  # a graph per exact prefix length would never replay
 
@@ -127,3 +129,25 @@ def test_graph_replays_with_the_oracle_and_sampling_rows_stay_lossless_for_greed
         batch.step()
     assert batch.requests[0].output == plain.tokens[0][:TOKENS]
     assert batch.round.graphs.replays > 0
+
+
+@pytest.mark.gpu
+@torch.inference_mode()
+def test_graphs_captured_up_front_serve_every_later_round():
+    target = make_target().cuda()
+    drafter = make_drafter().cuda()
+    engine = _engine(target, DFlashProposer(drafter, target), batch_buckets=(1, 2, 4),
+                     context_bucket=32, cuda_graphs=True)
+    spec, greedy = Spec.ddtree(6, 12), SamplingParams(max_tokens=TOKENS)
+    batch = engine.open_batch(spec)
+    made = batch.capture()
+    assert made == len(engine.config.batch_buckets) * len(
+        batch.shapes.all_read_lens(160, batch.cache.capacity))
+    with pytest.raises(RuntimeError):
+        batch.admit(PROMPTS[:1], [greedy])
+        batch.capture()
+    while batch.live_rows():
+        batch.step()
+    assert batch.round.graphs.captures == made  # every round replayed a graph made up front
+    eager = _engine(target, DFlashProposer(drafter, target)).generate(PROMPTS[:1], greedy, spec)
+    assert batch.requests[0].output == eager.tokens[0]

@@ -93,3 +93,14 @@ def test_bucketed_rounds_without_stage_syncs_on_cuda_emit_the_cpu_tokens(spec):
     cuda = _engine(target, drafter, batch_buckets=(4,), context_bucket=32,
                    stage_timing=False).generate(PROMPTS[:3], greedy, spec)
     assert cuda.tokens == cpu.tokens
+
+
+def test_every_round_shape_is_listed_largest_first_for_capture():
+    shapes = RoundShapes((1, 2, 4), context_bucket=64)
+    assert shapes.all_rows(6) == [6, 4, 2, 1]  # 5 and 6 rows fit no bucket: all six rows
+    assert RoundShapes().all_rows(3) == [3, 2, 1]
+    assert shapes.all_read_lens(200, 216) == [216, 192, 128, 64]
+    every = {shapes.read_len(n, 216) for n in range(1, 200)}
+    assert set(shapes.all_read_lens(200, 216)) == every
+    with pytest.raises(ValueError, match="context_bucket"):
+        RoundShapes().all_read_lens(200, 216)
