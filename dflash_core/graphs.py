@@ -4,7 +4,9 @@ A round's key is (rows, prefix read length, sampling mode); the tree size is fix
 Spec. The first round of a key runs eagerly (it is a real round, and it warms up lazily
 initialised kernels and workspaces), then the same round is captured without running: capture
 only records kernels, so the state the eager run left is untouched. Every later round of that key
-replays the graph. All graphs share one memory pool, so their temporaries overlap.
+replays the graph. All graphs share one memory pool, so their temporaries overlap. Sharing is
+safe in any replay order because no tensor allocated during a capture outlives it: a round's
+results are copied into `RoundState` buffers allocated outside every graph.
 
 Padding rows write only into their own cache rows and round state, and random draws come from
 registered generators, so a replay produces what the eager round would.
