@@ -40,6 +40,7 @@ def _state_storage(batch) -> list[int]:
                                    state.sampling.temperature, state.sampling.top_k)]
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused"])
 @pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 @pytest.mark.parametrize("sampling", [SamplingParams(max_tokens=TOKENS),
@@ -47,9 +48,9 @@ def _state_storage(batch) -> list[int]:
                                                      max_tokens=TOKENS)],
                          ids=["greedy", "filtered"])
 @torch.inference_mode()
-def test_a_round_reads_nothing_back_and_makes_no_tensor_from_lists(spec, moe, sampling):
+def test_a_round_reads_nothing_back_and_makes_no_tensor_from_lists(spec, moe, sampling, fused):
     target = make_target(moe)
-    engine = _engine(target, DFlashProposer(make_drafter(), target))
+    engine = _engine(target, DFlashProposer(make_drafter(), target), fused_attention=fused)
     batch = engine.open_batch(spec)
     batch.admit(PROMPTS[:3], [sampling] * 3)
     batch.step()  # a first round, so the drafter context of every row is in place
