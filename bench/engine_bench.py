@@ -131,7 +131,7 @@ def _verify_cost(target: Target, contexts, batches, nodes, device: str,
                     _verify(target, cache, batch, context, n, device, fused)
 
                 seconds = timed(forward, device)
-                graphed = timed(graph_of(forward), device) if _cuda(device) else None
+                graphed = guarded(lambda f=forward: timed(graph_of(f), device), device)
                 decode = decode or (seconds, graphed)
                 moved = weight_bytes + batch * context * kv_per_token
                 rows.append({"context": context, "batch": batch, "nodes": n,
@@ -139,6 +139,21 @@ def _verify_cost(target: Target, contexts, batches, nodes, device: str,
                              "achieved_gb_s": round(moved / seconds / 1e9, 1)}
                             | _graph_columns(graphed, decode[1], moved))
     return rows
+
+
+GRAPH_ERRORS: list[str] = []  # the first failure turns the graph columns off, not the run
+
+
+def guarded(graph_work, device: str):
+    """graph_work() on a GPU while no graph work has failed; None otherwise (and on failure,
+    which is recorded): a scarce GPU run keeps its eager numbers whatever the graphs do."""
+    if not _cuda(device) or GRAPH_ERRORS:
+        return None
+    try:
+        return graph_work()
+    except Exception as error:  # noqa: BLE001 - reported in the output, not raised
+        GRAPH_ERRORS.append(f"{type(error).__name__}: {error}")
+        return None
 
 
 def _graph_columns(seconds: float | None, decode: float | None, moved: int) -> dict:
@@ -204,7 +219,10 @@ def end_to_end(target: Target, context: int, tokens: int, block: int, budgets: l
                 row = _eager_run(engine(proposer, False), engine(proposer, True), prompt,
                                  sampling, spec, device)
             else:
-                row = _graph_run(engine(proposer, True, graphs=True), prompt, sampling, spec)
+                row = guarded(lambda p=proposer, s=spec: _graph_run(
+                    engine(p, True, graphs=True), prompt, sampling, s), device)
+                if row is None:
+                    break
             base = base or row["tok_s"]
             rows.append({"method": name, "mode": mode, **row,
                          "speedup": round(row["tok_s"] / base, 2)})
@@ -260,20 +278,26 @@ def main() -> None:
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device != "cpu" else "float32"))
     target = build_target(args.shapes, args.device, dtype)
     result = {"shapes": args.shapes, "device": args.device, "dtype": str(dtype),
-              "copy_gb_s": round(copy_bandwidth(args.device), 1),
-              "verify": verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
-                                    args.device),
-              "end_to_end": end_to_end(target, plan["e2e_context"], plan["tokens"],
-                                       plan["block"], plan["budgets"], args.top1, args.device,
-                                       args.attention == "fused"),
-              "end_to_end_attention": args.attention, "end_to_end_context": plan["e2e_context"]}
-    result["best_ddtree"] = best_ddtree(result["end_to_end"])
+              "torch": torch.__version__, "copy_gb_s": round(copy_bandwidth(args.device), 1),
+              "end_to_end_attention": args.attention, "end_to_end_context": plan["e2e_context"],
+              "graph_errors": GRAPH_ERRORS}
+    result["verify"] = verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
+                                   args.device)
     for row in result["verify"]:  # the roofline: bytes that must move at the copy bandwidth
         row["of_copy"] = round(row["achieved_gb_s"] / result["copy_gb_s"], 3)
         row["graph_of_copy"] = row["graph_gb_s"] and round(row["graph_gb_s"] / result["copy_gb_s"], 3)
+    save(result, args.json)  # a run cut short keeps what it measured
+    result["end_to_end"] = end_to_end(target, plan["e2e_context"], plan["tokens"],
+                                      plan["block"], plan["budgets"], args.top1, args.device,
+                                      args.attention == "fused")
+    result["best_ddtree"] = best_ddtree(result["end_to_end"])
+    save(result, args.json)
     print_tables(result)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+
+
+def save(result: dict, path: Path | None) -> None:
+    if path:
+        path.write_text(json.dumps(result, indent=2))
 
 
 def _ints(text: str) -> list[int]:

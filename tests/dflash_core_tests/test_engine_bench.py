@@ -47,3 +47,25 @@ def test_engine_bench_runs_on_the_gpu(tmp_path):
     # The oracle's draws come from the registered generator: replays accept as eager rounds do.
     assert all(abs(r["tau"] - eager[r["method"]]) <= 0.1 * eager[r["method"]] for r in graphed)
     assert all(0 <= r["host_share"] <= 1 for r in graphed)
+
+
+def test_a_failing_graph_turns_the_graph_columns_off_and_keeps_the_run():
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import engine_bench
+        import engine_report
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    engine_bench.GRAPH_ERRORS.clear()
+    assert engine_bench.guarded(lambda: 1 / 0, "cuda") is None
+    assert engine_bench.GRAPH_ERRORS == ["ZeroDivisionError: division by zero"]
+    assert engine_bench.guarded(lambda: 5, "cuda") is None  # off for the rest of the run
+    assert engine_bench.guarded(lambda: 5, "cpu") is None  # and never tried without a GPU
+    engine_bench.GRAPH_ERRORS.clear()
+    assert engine_bench.guarded(lambda: 5, "cuda") == 5
+    rows = [{"method": "dflash b16", "mode": "eager", "tok_s": 100.0},
+            {"method": "ddtree b16 budget 32", "mode": "eager", "tok_s": 120.0},
+            {"method": "ddtree b16 budget 64", "mode": "eager", "tok_s": 90.0},
+            {"method": "plain", "mode": "graphs", "tok_s": 50.0}]  # graphs cut short
+    assert engine_report.best_ddtree(rows) == {
+        "eager": {"method": "ddtree b16 budget 32", "vs_dflash": 1.2}}
