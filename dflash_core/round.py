@@ -50,7 +50,7 @@ class RoundState:
 class Round:
     """The device side of a live batch: its stages over the first n rows of `state`.
 
-    The engine keeps one per (Spec, rows) across batches, so captured graphs outlive a
+    The engine keeps one per (Spec, rows, proposer) across batches, so captured graphs outlive a
     `generate` call; a batch only reseeds the generator and brings its own stats."""
 
     def __init__(self, target: Target, proposer: Proposer | None, cache: KVCache, spec: Spec,
