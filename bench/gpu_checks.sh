@@ -4,13 +4,14 @@
 # its own time limit and writes its log and JSON under $OUT (default ./gpu_out), so a step
 # that fails or runs out of time still leaves the others' results.
 #
-#   OUT=/tmp/gpu bash bench/gpu_checks.sh          # about 8 minutes on one H200
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh     # at most 9 minutes (the step limits), one H200
 #
-# Needs only torch, safetensors and tokenizers (dflash_core's own dependencies).
+# Needs torch, safetensors and tokenizers (dflash_core's own dependencies) and pytest.
 set -u
 out=${OUT:-gpu_out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the repo's packages, installed or not
 python=${PYTHON:-python3}
 
 step() {  # step NAME LIMIT_S COMMAND...
@@ -28,9 +29,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 "$python" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
     >>"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
-step pytest_gpu 150 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests
-step bench_qwen3_8b 200 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
+step pytest_gpu 120 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests
+step bench_qwen3_8b 260 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
     --json "$out/qwen3_8b.json"
-step bench_qwen3_30b_a3b 200 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
+step bench_qwen3_30b_a3b 160 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
     --contexts 4096 --batches 1,4 --budgets 16,32,64 \
     --device cuda --json "$out/qwen3_30b_a3b.json"
