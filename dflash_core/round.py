@@ -61,7 +61,7 @@ class Round:
         self.generator = torch.Generator(self.device)
         self.stats = GenerationStats()
         width = target.config.hidden_size * len(taps)
-        self.path_len = spec.max_depth + 1  # A: the longest accepted path, root included
+        self.path_len = spec.tree_depth + 1  # A: the longest accepted path, root included
         self.state = RoundState.allocate(cache.k.shape[1], self.path_len, width, cache.k.dtype,
                                          self.device)
         self.graphs = RoundGraphs(
@@ -111,11 +111,11 @@ class Round:
             return chain_tree(anchors, anchors[:, None][:, :0])
         if spec.method == "dflash":
             return chain_tree(anchors, draft_logits.argmax(-1))
-        # Width above the budget cannot change the tree (a child ranked below `budget` has
-        # `budget` better siblings), so cap it: the candidate set is budget x width per depth.
-        width = min(spec.width or spec.budget, spec.budget)
-        return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, width,
-                          spec.max_depth, spec.spine)
+        # A topk above the budget cannot change the tree (a child ranked below `budget` has
+        # `budget` better siblings), so cap it: the candidate set is budget x topk per depth.
+        topk = min(spec.topk or spec.budget, spec.budget)
+        return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, topk,
+                          spec.tree_depth, spec.spine)
 
     def _verify(self, cache: KVCache, starts: Tensor, read_len: int, tree: Tree,
                 mode: str) -> tuple[Tensor, Tensor]:

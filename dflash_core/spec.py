@@ -1,7 +1,13 @@
-"""What to generate and how: sampling parameters and the speculation method."""
+"""What to generate and how: prompts, sampling parameters and the speculation method.
+
+Imports nothing heavy (no torch): the tuner reads METHODS and Spec without the engine installed.
+"""
 
 from __future__ import annotations
 
+import math
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 METHODS = ("none", "dflash", "ddtree")
@@ -19,10 +25,15 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
+        # NaN fails every comparison, so `temperature < 0` alone would let it through.
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be finite and >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:  # written so that NaN fails it
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
     @property
     def greedy(self) -> bool:
@@ -33,17 +44,18 @@ class SamplingParams:
 class Spec:
     """none: plain decoding; dflash: a chain of block_size - 1 drafts; ddtree: a best-first tree.
 
-    For ddtree, `budget` counts nodes without the root, `width` caps candidates per depth
-    (0 = the budget, which loses nothing) and `depth` caps the tree depth (0 = block_size - 1).
-    `spine` puts the greedy chain in first, so with budget and depth >= block_size - 1 the tree
-    never accepts less than DFlash with the same drafts.
+    For ddtree, `budget` counts nodes without the root, `topk` caps candidates per depth
+    (0 = the budget, which loses nothing) and `max_depth` caps the tree depth
+    (0 = block_size - 1). `spine` puts the greedy chain in first, so with budget and depth
+    >= block_size - 1 the tree never accepts less than DFlash with the same drafts. The names
+    are the tuning parameters' (speculative_ddtree_topk, ...) without their prefix.
     """
 
     method: str = "none"
     block_size: int = 1
     budget: int = 0
-    width: int = 0
-    depth: int = 0
+    topk: int = 0
+    max_depth: int = 0
     spine: bool = False
 
     def __post_init__(self) -> None:
@@ -51,10 +63,10 @@ class Spec:
             raise ValueError(f"spec method must be one of {METHODS}, got {self.method!r}")
         if self.method != "none" and self.block_size < 2:
             raise ValueError(f"{self.method} needs block_size >= 2")
-        if self.method == "ddtree" and (self.budget < 1 or self.width < 0):
-            raise ValueError("ddtree needs budget >= 1 and width >= 0")
-        if not 0 <= self.depth <= max(self.block_size - 1, 0):
-            raise ValueError(f"depth must be in 0..block_size-1, got {self.depth}")
+        if self.method == "ddtree" and (self.budget < 1 or self.topk < 0):
+            raise ValueError("ddtree needs budget >= 1 and topk >= 0")
+        if not 0 <= self.max_depth <= max(self.block_size - 1, 0):
+            raise ValueError(f"max_depth must be in 0..block_size-1, got {self.max_depth}")
 
     @classmethod
     def none(cls) -> Spec:
@@ -65,13 +77,13 @@ class Spec:
         return cls("dflash", block_size)
 
     @classmethod
-    def ddtree(cls, block_size: int, budget: int, width: int = 0, depth: int = 0,
+    def ddtree(cls, block_size: int, budget: int, topk: int = 0, max_depth: int = 0,
                spine: bool = False) -> Spec:
-        return cls("ddtree", block_size, budget, width, depth, spine)
+        return cls("ddtree", block_size, budget, topk, max_depth, spine)
 
     @classmethod
-    def of(cls, method: str, block_size: int, budget: int = 0, width: int = 0, depth: int = 0,
-           spine: bool = False) -> Spec:
+    def of(cls, method: str, block_size: int, budget: int = 0, topk: int = 0,
+           max_depth: int = 0, spine: bool = False) -> Spec:
         """From a method name (CLI options, launch parameters); fields the method does not use
         are dropped rather than carried along."""
         if method == "none":
@@ -79,7 +91,7 @@ class Spec:
         if method == "dflash":
             return cls.dflash(block_size)
         if method == "ddtree":
-            return cls.ddtree(block_size, budget, width, depth, spine)
+            return cls.ddtree(block_size, budget, topk, max_depth, spine)
         raise ValueError(f"spec method must be one of {METHODS}, got {method!r}")
 
     @property
@@ -88,9 +100,10 @@ class Spec:
         return 0 if self.method == "none" else self.block_size - 1
 
     @property
-    def max_depth(self) -> int:
+    def tree_depth(self) -> int:
+        """The deepest node a round's tree can hold (the longest accepted path, root excluded)."""
         if self.method == "ddtree":
-            return min(self.depth or self.draft_len, self.budget)
+            return min(self.max_depth or self.draft_len, self.budget)
         return self.draft_len
 
     @property
@@ -100,9 +113,43 @@ class Spec:
 
 
 def spec_for(method: str, trained_block: int | None, block_size: int | None = None,
-             budget: int = 0, width: int = 0, depth: int = 0, spine: bool = False) -> Spec:
+             budget: int = 0, topk: int = 0, max_depth: int = 0, spine: bool = False) -> Spec:
     """A Spec for a drafter trained at `trained_block` (None: no drafter); the block size
     defaults to the trained one."""
     if method != "none" and trained_block is None:
         raise ValueError(f"method {method!r} needs a drafter")
-    return Spec.of(method, block_size or trained_block or 1, budget, width, depth, spine)
+    return Spec.of(method, block_size or trained_block or 1, budget, topk, max_depth, spine)
+
+
+def checked_prompts(prompts: Sequence[Sequence[int]], vocab_size: int,
+                    max_context: int) -> list[list[int]]:
+    """The prompts as lists of Python ints, or a ValueError naming the first bad one. Integer
+    scalars (numpy, 0-d torch) pass through `__index__`; floats and bools are refused rather
+    than truncated, since a float id is a caller's bug, not a token."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise ValueError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    return [_checked_prompt(i, p, vocab_size, max_context) for i, p in enumerate(prompts)]
+
+
+def _checked_prompt(i: int, prompt: Sequence[int], vocab_size: int,
+                    max_context: int) -> list[int]:
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
+        raise ValueError(f"prompt {i} must be a list of token ids, got {type(prompt).__name__}")
+    if not 1 <= len(prompt) < max_context:
+        raise ValueError(f"prompt {i} has {len(prompt)} tokens; every prompt needs "
+                         f"1..{max_context - 1} (max_context {max_context})")
+    ids = [t if type(t) is int else _token_id(i, t) for t in prompt]  # plain ints: no call
+    if min(ids) < 0 or max(ids) >= vocab_size:
+        bad = next(t for t in ids if not 0 <= t < vocab_size)
+        raise ValueError(f"prompt {i}: token ids must be in 0..{vocab_size - 1}, got {bad}")
+    return ids
+
+
+def _token_id(i: int, token: object) -> int:
+    # bool is an int subclass and a bool tensor has __index__; neither is a token id.
+    if isinstance(token, bool) or "bool" in str(getattr(token, "dtype", "")):
+        raise ValueError(f"prompt {i}: token ids must be integers, got {token!r}")
+    try:
+        return operator.index(token)
+    except TypeError:
+        raise ValueError(f"prompt {i}: token ids must be integers, got {token!r}") from None

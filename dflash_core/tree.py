@@ -2,7 +2,7 @@
 
 The drafter gives log-probabilities for the next L positions, ``draft_logprobs [B, L, V]``. A node
 at depth d is a prefix u = (u_1..u_d) scored q(u) = sum_i logprob[i-1, u_i], accumulated in float32
-in path order. Each depth is restricted to its top K = min(width, V) tokens, ranked by log-prob
+in path order. Each depth is restricted to its top K = min(topk, V) tokens, ranked by log-prob
 descending, then token id ascending (so ties are deterministic), and depth to max_depth. Tokens
 with a -inf log-prob are not in the lattice. The best tree with `budget` nodes is the `budget`
 highest-scoring prefixes; extending a prefix never raises its score, so that set is prefix-closed.
@@ -42,7 +42,6 @@ __all__ = [
     "build_tree",
     "build_tree_heap",
     "chain_tree",
-    "positions",
     "tree_from_nodes",
 ]
 
@@ -60,11 +59,6 @@ class Tree:
     @property
     def num_nodes(self) -> int:
         return self.tokens.shape[1]
-
-
-def positions(tree: Tree, starts: Tensor) -> Tensor:
-    """Sequence positions of the nodes; `starts` [B] is the root's position."""
-    return starts[:, None] + tree.depths  # [B, N]
 
 
 def ancestor_mask(parents: Tensor, valid: Tensor, max_depth: int) -> Tensor:
@@ -127,14 +121,14 @@ def _ranked(logprobs: Tensor, k: int) -> list[list[tuple[float, int]]]:
 
 
 def build_tree_heap(
-    anchor: int, logprobs: Tensor, budget: int, width: int, max_depth: int, spine: bool
+    anchor: int, logprobs: Tensor, budget: int, topk: int, max_depth: int, spine: bool
 ) -> list[tuple[int, int, int]]:
     """Algorithm 1 for one request (`logprobs` [L, V]); nodes (token, parent, depth) in pop order.
 
     Node i of the flattened tree is entry i-1; parent 0 is the root (`anchor`, not listed).
     Ties pop by depth, then parent index, then rank: the order `build_tree` reproduces.
     """
-    depth_cap, k = max(0, min(max_depth, logprobs.shape[0])), max(0, min(width, logprobs.shape[1]))
+    depth_cap, k = max(0, min(max_depth, logprobs.shape[0])), max(0, min(topk, logprobs.shape[1]))
     ranked = _ranked(logprobs[:depth_cap], k)
     nodes: list[tuple[int, int, int]] = []
     heap: list[tuple[float, int, int, int, float]] = []
@@ -245,13 +239,13 @@ def _select(anchors: Tensor, levels: list[tuple[Tensor, ...]], budget: int, dept
 
 
 def build_tree(
-    anchors: Tensor, logprobs: Tensor, budget: int, width: int, max_depth: int, spine: bool
+    anchors: Tensor, logprobs: Tensor, budget: int, topk: int, max_depth: int, spine: bool
 ) -> Tree:
     """Batched `build_tree_heap`: same nodes, order and parents; N = budget + 1 always.
 
     `anchors` [B] long, `logprobs` [B, L, V] log-softmaxed; max_depth is capped at L.
     """
-    depth_cap, k = min(max_depth, logprobs.shape[1]), min(width, logprobs.shape[2])
+    depth_cap, k = min(max_depth, logprobs.shape[1]), min(topk, logprobs.shape[2])
     if budget <= 0 or depth_cap <= 0 or k <= 0:
         return _root_only(anchors, max(budget, 0) + 1)
     lp, ids = _rank_tokens(logprobs[:, :depth_cap], k)  # [B, D, K]

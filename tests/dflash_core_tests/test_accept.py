@@ -57,7 +57,7 @@ def test_a_tree_with_the_spine_never_accepts_less_than_the_chain():
     for _ in range(50):
         logprobs = torch.randn(4, 5, 12, generator=gen).log_softmax(-1)  # [B, L, V]
         anchors = torch.zeros(4, dtype=torch.long)
-        tree = build_tree(anchors, logprobs, budget=7, width=3, max_depth=5, spine=True)
+        tree = build_tree(anchors, logprobs, budget=7, topk=3, max_depth=5, spine=True)
         chain = chain_tree(anchors, logprobs.argmax(-1))
         # The target agrees with the chain for a random number of steps, then goes elsewhere.
         target = torch.randint(0, 12, (4, 6), generator=gen)

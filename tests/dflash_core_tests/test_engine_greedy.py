@@ -21,8 +21,8 @@ SPECS = [
     pytest.param(Spec.ddtree(BLOCK, 1), id="ddtree-b1"),
     pytest.param(Spec.ddtree(BLOCK, 4), id="ddtree-b4"),
     pytest.param(Spec.ddtree(BLOCK, 4, spine=True), id="ddtree-b4-spine"),
-    pytest.param(Spec.ddtree(BLOCK, 24, width=3, spine=True), id="ddtree-b24-w3-spine"),
-    pytest.param(Spec.ddtree(BLOCK, 40, depth=3), id="ddtree-b40-d3"),
+    pytest.param(Spec.ddtree(BLOCK, 24, topk=3, spine=True), id="ddtree-b24-k3-spine"),
+    pytest.param(Spec.ddtree(BLOCK, 40, max_depth=3), id="ddtree-b40-d3"),
 ]
 GREEDY = SamplingParams(max_tokens=24)
 

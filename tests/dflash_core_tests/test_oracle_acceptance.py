@@ -45,7 +45,7 @@ def oracle_engine():
 
 @pytest.mark.parametrize("spec, continue_p", [
     (Spec.dflash(BLOCK), PROFILE.top1),
-    (Spec.ddtree(BLOCK, LATTICE, width=2), [a + b for a, b in zip(PROFILE.top1, PROFILE.second)]),
+    (Spec.ddtree(BLOCK, LATTICE, topk=2), [a + b for a, b in zip(PROFILE.top1, PROFILE.second)]),
 ], ids=["dflash-chain", "ddtree-top2-lattice"])
 def test_acceptance_histogram_matches_the_profile(oracle_engine, spec, continue_p):
     engine, plain = oracle_engine

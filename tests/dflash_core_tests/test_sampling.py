@@ -80,7 +80,7 @@ def test_speculative_sampling_matches_the_exact_distribution(params):
     engine = Engine(target, DFlashProposer(drafter, target),
                     EngineConfig(max_batch=BATCH, max_context=16, max_tree_nodes=8))
     exact = _exact_pairs(target, params)
-    for spec in (Spec.none(), Spec.dflash(4), Spec.ddtree(4, 6, width=2)):
+    for spec in (Spec.none(), Spec.dflash(4), Spec.ddtree(4, 6, topk=2)):
         pairs, acceptance = _sampled_pairs(engine, params, spec)
         tv_pairs = 0.5 * (pairs - exact).abs().sum()
         tv_next = 0.5 * (pairs.sum(1) - exact.sum(1)).abs().sum()

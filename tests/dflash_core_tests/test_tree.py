@@ -13,7 +13,6 @@ from dflash_core.tree import (
     build_tree,
     build_tree_heap,
     chain_tree,
-    positions,
     tree_from_nodes,
 )
 
@@ -35,7 +34,7 @@ def _logprobs(gen: torch.Generator, shape: tuple[int, ...], kind: str) -> torch.
     elif kind == "peaked":  # the top log-prob is exactly 0.0: children tie with their parents
         logits = torch.randn(shape, generator=gen)
         logits.scatter_(-1, torch.randint(0, shape[-1], shape[:-1] + (1,), generator=gen), 300.0)
-    else:  # "masked": a vocabulary mask leaves fewer finite tokens than the width
+    else:  # "masked": a vocabulary mask leaves fewer finite tokens than topk
         logits = torch.randn(shape, generator=gen)
         logits[torch.rand(shape, generator=gen) < 0.5] = -torch.inf
         logits[..., 0] = 0.0  # keep one finite token per row
@@ -49,9 +48,9 @@ def _prefixes(nodes: list[tuple[int, int, int]]) -> list[tuple[int, ...]]:
     return paths[1:]
 
 
-def _lattice(lp: torch.Tensor, width: int, max_depth: int) -> dict[tuple[int, ...], float]:
+def _lattice(lp: torch.Tensor, topk: int, max_depth: int) -> dict[tuple[int, ...], float]:
     """Every finite prefix of the restricted lattice with its float32 score, by enumeration."""
-    k = min(width, lp.shape[1])
+    k = min(topk, lp.shape[1])
     out: dict[tuple[int, ...], float] = {}
     frontier = [((), torch.tensor(0.0))]
     for d in range(min(max_depth, lp.shape[0])):
@@ -62,8 +61,8 @@ def _lattice(lp: torch.Tensor, width: int, max_depth: int) -> dict[tuple[int, ..
     return out
 
 
-def _brute_force(lp, budget, width, max_depth, spine) -> set[tuple[int, ...]]:
-    scores = _lattice(lp, width, max_depth)
+def _brute_force(lp, budget, topk, max_depth, spine) -> set[tuple[int, ...]]:
+    scores = _lattice(lp, topk, max_depth)
     chain = []
     if spine:
         greedy = max(scores, key=lambda p: (len(p), scores[p]), default=())
@@ -92,17 +91,17 @@ def _random_case(rng: random.Random, max_len: int, max_vocab: int, max_budget: i
     return dict(
         shape=(seq, vocab),
         budget=rng.randint(0, max_budget),
-        width=rng.randint(1, vocab + 1),
+        topk=rng.randint(1, vocab + 1),
         max_depth=rng.randint(0, seq + 1),
         spine=rng.random() < 0.5,
     )
 
 
-def _assert_equal_to_heap(anchors, lp, budget, width, max_depth, spine) -> Tree:
-    tree = build_tree(anchors, lp, budget, width, max_depth, spine)
+def _assert_equal_to_heap(anchors, lp, budget, topk, max_depth, spine) -> Tree:
+    tree = build_tree(anchors, lp, budget, topk, max_depth, spine)
     assert tree.num_nodes == budget + 1
     for b in range(lp.shape[0]):
-        nodes = build_tree_heap(int(anchors[b]), lp[b], budget, width, max_depth, spine)
+        nodes = build_tree_heap(int(anchors[b]), lp[b], budget, topk, max_depth, spine)
         ref = tree_from_nodes(int(anchors[b]), nodes, budget + 1)
         for field in FIELDS:
             got, want = getattr(tree, field)[b], getattr(ref, field)[0]
@@ -121,7 +120,7 @@ def test_heap_matches_brute_force(kind):
         lp = _logprobs(gen, case.pop("shape"), kind)
         nodes = build_tree_heap(5, lp, **case)
         prefixes = _prefixes(nodes)
-        lattice = _lattice(lp, case["width"], case["max_depth"])
+        lattice = _lattice(lp, case["topk"], case["max_depth"])
         assert len(nodes) == min(case["budget"], len(lattice))
         assert set(prefixes) == _brute_force(lp, **case)
         assert len(set(prefixes)) == len(prefixes)  # siblings hold distinct tokens
@@ -150,8 +149,8 @@ def test_heap_order_and_shape():
 def test_spine_brute_force_differs_from_plain_tree():
     """Flat distributions: the plain tree stays shallow, the spine still reaches full depth."""
     lp = torch.tensor([[0.0, 0.01, 0.02, 0.03, 0.04, 0.05]]).expand(4, 6).log_softmax(-1)
-    plain = build_tree_heap(0, lp, budget=6, width=6, max_depth=4, spine=False)
-    spined = build_tree_heap(0, lp, budget=6, width=6, max_depth=4, spine=True)
+    plain = build_tree_heap(0, lp, budget=6, topk=6, max_depth=4, spine=False)
+    spined = build_tree_heap(0, lp, budget=6, topk=6, max_depth=4, spine=True)
     assert {d for _, _, d in plain} == {1}
     assert _prefixes(spined) == [(5,), (5, 5), (5, 5, 5), (5, 5, 5, 5), (4,), (3,)]
     assert set(_prefixes(spined)) == _brute_force(lp, 6, 6, 4, True)
@@ -173,7 +172,7 @@ def test_vectorised_matches_heap(kind):
 
 def test_vectorised_pads_when_lattice_is_small():
     lp = torch.randn(2, 2, 3, generator=torch.Generator().manual_seed(4)).log_softmax(-1)
-    tree = _assert_equal_to_heap(torch.tensor([7, 9]), lp, 20, width=2, max_depth=2, spine=True)
+    tree = _assert_equal_to_heap(torch.tensor([7, 9]), lp, 20, topk=2, max_depth=2, spine=True)
     assert tree.valid.sum(1).tolist() == [7, 7]  # root + 2 + 2 * 2
     assert (tree.tokens[:, 7:] == 0).all() and (tree.parents[:, 7:] == -1).all()
     assert (tree.depths[:, 7:] == 0).all() and not tree.valid[:, 7:].any()
@@ -268,7 +267,6 @@ def test_chain_tree():
     assert tree.depths.tolist() == [[0, 1, 2, 3]] * 2
     assert tree.valid.all() and tree.num_nodes == 4
     assert torch.equal(tree.mask, torch.ones(2, 4, 4, dtype=torch.bool).tril().expand(2, 4, 4))
-    assert positions(tree, torch.tensor([10, 20])).tolist() == [[10, 11, 12, 13], [20, 21, 22, 23]]
 
 
 @pytest.mark.parametrize(
@@ -285,10 +283,10 @@ def test_root_only(tree):
     assert tree.valid.all() and tree.mask.all() and (tree.depths == 0).all()
 
 
-@pytest.mark.parametrize("budget, width, max_depth", [(4, 4, 0), (4, 0, 3)])
-def test_empty_lattice_is_root_plus_padding(budget, width, max_depth):
+@pytest.mark.parametrize("budget, topk, max_depth", [(4, 4, 0), (4, 0, 3)])
+def test_empty_lattice_is_root_plus_padding(budget, topk, max_depth):
     lp = torch.zeros(2, 3, 4).log_softmax(-1)
-    tree = _assert_equal_to_heap(torch.tensor([5, 6]), lp, budget, width, max_depth, False)
+    tree = _assert_equal_to_heap(torch.tensor([5, 6]), lp, budget, topk, max_depth, False)
     assert tree.valid.tolist() == [[True] + [False] * budget] * 2
 
 

@@ -32,7 +32,7 @@ def _random_tree(batch, budget, seed, depth=4, vocab=48):
     gen = torch.Generator().manual_seed(seed)
     logprobs = torch.randn(batch, depth, vocab, generator=gen).mul(3).log_softmax(-1)
     anchors = torch.randint(0, vocab - 1, (batch,), generator=gen)
-    return build_tree(anchors, logprobs, budget, width=3, max_depth=depth, spine=seed % 2 == 0)
+    return build_tree(anchors, logprobs, budget, topk=3, max_depth=depth, spine=seed % 2 == 0)
 
 
 def _verify(target, cache, prompts, tree):
