@@ -51,25 +51,42 @@ def _partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Te
 
 
 def _fused_partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
-    """``_partial`` through a fused kernel that also returns the log-sum-exp."""
+    """``_partial`` through a fused kernel that also returns the log-sum-exp. `bias` keeps its
+    broadcast shape ([B, 1, 1, S] for a prefix, [B, 1, G*N, N] for the tree) and reaches the
+    kernel as an expanded view, so no [B, Hkv, G*N, S] mask is ever allocated."""
     b, h, rows, _ = qg.shape
-    keys = k.shape[2]
-    if qg.device.type == "cuda":
-        # The memory-efficient kernel wants the bias's last dim aligned: pad, then slice.
-        padded = torch.empty(b, h, rows, -(-keys // 16) * 16, dtype=qg.dtype, device=qg.device)
-        full = padded[..., :keys]
-        full.copy_(bias.expand(b, h, rows, keys))
-        out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
-            qg, k, v, full, True, scale=1.0)[:2]
-        lse = lse[..., :rows]  # the kernel pads its log-sum-exp rows
-    else:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            qg, k, v, attn_mask=bias.to(qg.dtype).expand(b, h, rows, keys), scale=1.0)
+    mask = _aligned(bias, qg.dtype).expand(b, h, rows, k.shape[2])  # stride 0 where broadcast
+    kernel = _efficient_attention if qg.device.type == "cuda" else _flash_attention_cpu
+    out, lse = kernel(qg, k, v, mask)
     # A row that sees no key (an empty prefix) must weigh nothing in the merge; the kernels
     # report lse 0 for it.
     seen = torch.isfinite(bias).any(-1, keepdim=True)  # [B, 1, rows or 1, 1]
     lse = lse.float()[..., None].masked_fill(~seen, float("-inf"))
     return out.float().masked_fill(~seen, 0.0), lse
+
+
+def _aligned(bias: Tensor, dtype: torch.dtype, multiple: int = 16) -> Tensor:
+    """`bias` [..., S] as `dtype`, in rows padded to a multiple of 16 elements and sliced back
+    to S: the memory-efficient kernel wants every bias row to start aligned. Same shape as
+    `bias`; expanded, it is the form scaled_dot_product_attention itself hands that kernel."""
+    keys = bias.shape[-1]
+    width = -(-keys // multiple) * multiple
+    padded = torch.zeros(*bias.shape[:-1], width, dtype=dtype, device=bias.device)  # [.., S_pad]
+    padded[..., :keys] = bias
+    return padded[..., :keys]
+
+
+def _efficient_attention(qg: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """CUDA: memory-efficient kernel; `mask` may be broadcast (stride 0) in all but its last dim."""
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+        qg, k, v, mask, True, scale=1.0)[:2]
+    return out, lse[..., : qg.shape[2]]  # the kernel pads its log-sum-exp rows
+
+
+def _flash_attention_cpu(qg: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        qg, k, v, attn_mask=mask, scale=1.0)[:2]
+    return out, lse
 
 
 def _merge(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:

@@ -15,7 +15,7 @@ from torch import Tensor
 from dflash_core.round import Round
 from dflash_core.sampling import SamplingTable, sample_table
 from dflash_core.shapes import RoundShapes
-from dflash_core.spec import SamplingParams
+from dflash_core.spec import SamplingParams, checked_prompts
 from dflash_core.stats import GenerationStats
 from dflash_core.step import Step
 
@@ -37,7 +37,7 @@ class Emitted:
 
 class LiveBatch:
     def __init__(self, round_: Round, max_context: int, seed: int = 0,
-                 shapes: RoundShapes = RoundShapes(), stage_timing: bool = True) -> None:
+                 shapes: RoundShapes = RoundShapes(), stage_timing: bool = False) -> None:
         self.round, self.state = round_, round_.state
         self.target, self.proposer, self.cache = round_.target, round_.proposer, round_.cache
         self.taps, self.fused, self.device = round_.taps, round_.fused, round_.device
@@ -69,12 +69,12 @@ class LiveBatch:
 
     def admit(self, prompts: list[list[int]], samplings: list[SamplingParams]) -> list[Emitted]:
         """Prefill new requests into free rows; returns their first token (sampled from the
-        prefill logits) keyed by row."""
+        prefill logits) keyed by row. Refuses a bad request (ValueError) before any tensor work,
+        so a refused admission leaves the batch as it was."""
+        prompts = self._checked(prompts, samplings)
         if not prompts:
             return []
         rows = self.free_rows()[: len(prompts)]
-        if len(rows) < len(prompts):
-            raise ValueError(f"{len(prompts)} requests but only {len(rows)} free rows")
         for b, sampling in zip(rows, samplings):
             self.state.sampling.set_row(b, sampling)
         with self.stats.timed("prefill", self.device, self.stage_timing):
@@ -85,6 +85,19 @@ class LiveBatch:
             self.starts_h[b] = len(prompt)
             events.append(Emitted(b, *self._emit(b, [token])))
         return events
+
+    def _checked(self, prompts: list[list[int]],
+                 samplings: list[SamplingParams]) -> list[list[int]]:
+        prompts = checked_prompts(prompts, self.target.config.vocab_size, self.max_context)
+        if len(samplings) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(samplings)} SamplingParams")
+        wrong = [type(s).__name__ for s in samplings if not isinstance(s, SamplingParams)]
+        if wrong:
+            raise ValueError(f"samplings must be SamplingParams, got a {wrong[0]}")
+        free = len(self.free_rows())
+        if len(prompts) > free:
+            raise ValueError(f"{len(prompts)} requests but only {free} free rows")
+        return prompts
 
     def _prefill(self, rows: list[int], prompts: list[list[int]],
                  samplings: list[SamplingParams]) -> list[int]:

@@ -144,6 +144,11 @@ class DrafterConfig:
             )
         if not 0 <= self.mask_token_id < target.vocab_size:
             raise CheckpointError(f"mask_token_id {self.mask_token_id} outside the target vocab")
+        # Its logits come from the target's LM head, so a drafter trained on another vocabulary
+        # would draft ids that mean other tokens (or do not exist).
+        if self.layers.vocab_size != target.vocab_size:
+            raise CheckpointError(f"drafter vocab_size {self.layers.vocab_size} != target "
+                                  f"vocab_size {target.vocab_size}")
 
 
 def default_target_layers(num_target_layers: int, num_fused: int) -> list[int]:

@@ -16,7 +16,7 @@ from dflash_core.batch import LiveBatch
 from dflash_core.proposer import Proposer
 from dflash_core.round import Round
 from dflash_core.shapes import RoundShapes
-from dflash_core.spec import SamplingParams, Spec
+from dflash_core.spec import SamplingParams, Spec, checked_prompts
 from dflash_core.stats import Generation
 from dflash_core.target import Target
 
@@ -32,8 +32,9 @@ class EngineConfig:
     # `cuda_graph_bs` tuning parameter) and prefix reads to a multiple of context_bucket.
     batch_buckets: tuple[int, ...] = ()
     context_bucket: int = 0
-    # On a GPU, per-stage times need a sync at every stage boundary; off, a round has one sync.
-    stage_timing: bool = True
+    # Per-stage times (GenerationStats.stage_s) need a sync at every stage boundary on a GPU,
+    # four a round without graphs; off, a round has one sync and stage_s stays all zeros.
+    stage_timing: bool = False
     # Attention through PyTorch's fused kernels (no [.., N, S] scores; prefill's memory stops
     # growing with the prompt squared) instead of the reference matmuls.
     fused_attention: bool = False
@@ -72,9 +73,13 @@ class Engine:
             proposer.begin(self.config.max_batch, self.capacity)
 
     def open_batch(self, spec: Spec, rows: int | None = None, seed: int = 0) -> LiveBatch:
+        """A live batch over cache rows [0, rows) (default: all max_batch of them)."""
         self.check_spec(spec)
         cfg = self.config
-        return LiveBatch(self._round(spec, rows or cfg.max_batch), cfg.max_context, seed,
+        rows = cfg.max_batch if rows is None else rows
+        if not 1 <= rows <= cfg.max_batch:
+            raise ValueError(f"a batch needs 1..{cfg.max_batch} rows (max_batch), got {rows}")
+        return LiveBatch(self._round(spec, rows), cfg.max_context, seed,
                          RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
                          cfg.stage_timing)
 
@@ -92,9 +97,11 @@ class Engine:
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | None = None,
                  spec: Spec | None = None) -> Generation:
         sampling, spec = sampling or SamplingParams(), spec or Spec.none()
+        prompts = self.check_prompts(prompts)
         if not 1 <= len(prompts) <= self.config.max_batch:
             raise ValueError(f"need 1..{self.config.max_batch} prompts, got {len(prompts)}")
-        self.check_prompts(prompts)
+        if not isinstance(sampling, SamplingParams):
+            raise ValueError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
         began = time.perf_counter()
         batch = self.open_batch(spec, len(prompts), sampling.seed)
         batch.admit(prompts, [sampling] * len(prompts))
@@ -104,14 +111,14 @@ class Engine:
         requests = batch.requests
         return Generation([r.output for r in requests], [r.finish for r in requests], batch.stats)
 
-    def check_prompts(self, prompts: list[list[int]]) -> None:
-        cfg, vocab = self.config, self.target.config.vocab_size
-        if any(not 1 <= len(p) < cfg.max_context for p in prompts):
-            raise ValueError(f"every prompt needs 1..{cfg.max_context - 1} tokens")
-        if any(not 0 <= t < vocab for p in prompts for t in p):
-            raise ValueError(f"prompt token ids must be in 0..{vocab - 1}")
+    def check_prompts(self, prompts: list[list[int]]) -> list[list[int]]:
+        """The prompts as int lists, or a ValueError (spec.checked_prompts, which admit runs
+        too; a server calls this on its request thread to refuse a request early)."""
+        return checked_prompts(prompts, self.target.config.vocab_size, self.config.max_context)
 
     def check_spec(self, spec: Spec) -> None:
+        if not isinstance(spec, Spec):
+            raise ValueError(f"spec must be a Spec, got {type(spec).__name__}")
         if spec.num_nodes > self.config.max_tree_nodes:
             raise ValueError(f"{spec} verifies {spec.num_nodes} nodes > max_tree_nodes "
                              f"{self.config.max_tree_nodes}")

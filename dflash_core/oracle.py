@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.proposer import DFlashProposer, DraftInput
+from dflash_core.proposer import DraftInput
 
 
 @dataclass(slots=True)
@@ -117,11 +117,3 @@ def _place(noise: Tensor, truth: Tensor, ranks: Tensor,
     probs = torch.where(last, probs / 2, probs)  # below every other token
     return probs.log() + 1e-3 * noise  # the noise only orders the equal-share tokens
 
-
-class MaskedAnchorProposer(DFlashProposer):
-    """A known porting bug, kept as a regression guard: every block slot holds MASK, so the
-    drafter never sees the real anchor token. Acceptance must collapse with it."""
-
-    def propose(self, draft: DraftInput) -> Tensor:
-        draft.anchors = torch.full_like(draft.anchors, self.drafter.config.mask_token_id)
-        return super().propose(draft)

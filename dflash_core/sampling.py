@@ -19,39 +19,6 @@ from torch import Tensor
 from dflash_core.spec import SamplingParams
 
 
-def filtered_logits(logits: Tensor, params: SamplingParams) -> Tensor:
-    """Temperature, then top-k, then top-p; removed tokens get -inf. logits: [..., V] fp32."""
-    logits = logits / params.temperature
-    if params.top_k and params.top_k < logits.shape[-1]:
-        kth = logits.topk(params.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1.0:
-        logits = _top_p(logits, params.top_p)
-    return logits
-
-
-def _top_p(logits: Tensor, top_p: float) -> Tensor:
-    # Stable, so tied tokens at the top-p edge are kept in the same order as in sample_table.
-    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
-    probs = sorted_logits.softmax(-1)
-    mass_before = probs.cumsum(-1) - probs  # keep a token while the mass before it is < top_p
-    drop_sorted = mass_before >= top_p
-    drop = torch.empty_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocab order
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | None) -> Tensor:
-    """logits: [..., V] -> token ids [...]."""
-    if params.greedy:
-        return logits.argmax(-1)
-    probs = filtered_logits(logits.float(), params).softmax(-1)
-    noise = torch.empty_like(probs).exponential_(generator=generator)
-    return (probs / noise).argmax(-1)
-
-
-MODES = ("greedy", "sample", "filter")  # each needs strictly more work than the one before
-
-
 @dataclass(slots=True)
 class SamplingTable:
     """One row per batch slot. The tensors are read inside the round, so they are only written
@@ -128,15 +95,16 @@ def sample_table(logits: Tensor, table: SamplingTable, generator: torch.Generato
 
 
 def table_filtered_logits(logits: Tensor, table: SamplingTable) -> Tensor:
-    """Per row, what `filtered_logits` gives: [B, N, V] -> temperature-scaled fp32 logits, -inf
-    where removed. One sort serves both filters (top-k removes a tail of the sorted order)."""
+    """Per row: temperature, then top-k, then top-p: [B, N, V] -> temperature-scaled fp32
+    logits, -inf where removed. One sort serves both filters (top-k removes a tail of the sorted
+    order)."""
     scaled = logits.float() / table.temperature[:, None, None]  # [B, N, V]
     ordered, order = scaled.sort(dim=-1, descending=True, stable=True)  # [B, N, V]
     vocab = scaled.shape[-1]
     # Index of the k-th largest; top_k 0 or >= V points at the smallest, which keeps everything.
     k = table.top_k.masked_fill(table.top_k == 0, vocab).clamp(max=vocab) - 1  # [B]
     kth = ordered.gather(-1, k[:, None, None].expand(-1, ordered.shape[1], 1))  # [B, N, 1]
-    cut = ordered < kth  # ties with the k-th value stay, as in filtered_logits
+    cut = ordered < kth  # ties with the k-th value stay
     probs = ordered.masked_fill(cut, float("-inf")).softmax(-1)  # [B, N, V] sorted order
     mass_before = probs.cumsum(-1) - probs
     top_p = table.top_p[:, None, None]  # [B, 1, 1]

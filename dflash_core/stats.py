@@ -18,6 +18,7 @@ STAGES = ("prefill", "draft", "build", "verify", "commit", "round")
 class GenerationStats:
     rounds: int = 0
     acceptance: Counter = field(default_factory=Counter)  # tau (accepted + bonus) -> request-rounds
+    # Seconds per stage, every STAGES key present; all zeros unless EngineConfig.stage_timing.
     stage_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     generated_tokens: int = 0
     wall_s: float = 0.0
@@ -33,12 +34,15 @@ class GenerationStats:
         return self.generated_tokens / self.wall_s if self.wall_s else 0.0
 
     @contextmanager
-    def timed(self, stage: str, device: torch.device, sync: bool = True) -> Iterator[None]:
-        # On a GPU the stage boundaries need a sync to be honest; without it (sync=False) a
-        # stage's time is only the host's time to launch it.
+    def timed(self, stage: str, device: torch.device, on: bool = True) -> Iterator[None]:
+        """Add the stage's time to stage_s when `on`; off, record nothing rather than a launch
+        time that would pass for a GPU stage time (honest ones need a sync at each boundary)."""
+        if not on:
+            yield
+            return
         start = time.perf_counter()
         yield
-        if sync and device.type == "cuda":
+        if device.type == "cuda":
             torch.cuda.synchronize(device)
         self.stage_s[stage] += time.perf_counter() - start
 

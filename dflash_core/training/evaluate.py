@@ -7,31 +7,31 @@ from pathlib import Path
 
 import torch
 
-from dflash_core.engine import Engine, EngineConfig
-from dflash_core.loader import load_drafter, load_target
-from dflash_core.proposer import DFlashProposer
+from dflash_core.drafter import Drafter
+from dflash_core.engine import Engine
+from dflash_core.factory import build_engine, load_models
 from dflash_core.spec import SamplingParams, Spec
+from dflash_core.target import Target
 
 EVAL_TOKENS = 64
 
 
-def load_pair(directory: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+def load_pair(directory: str | Path, dtype: str | torch.dtype = "float32",
+              device: str = "cpu") -> tuple[Target, Drafter]:
     root = Path(directory)
-    target = load_target(root / "target", dtype, device)
-    drafter = load_drafter(root / "drafter", target.config, dtype, device)
-    return target, drafter
+    return load_models(root / "target", root / "drafter", dtype, device)
 
 
 def held_out_prompts(directory: str | Path) -> list[list[int]]:
     return json.loads((Path(directory) / "heldout_prompts.json").read_text())
 
 
-def pair_engine(target, drafter, prompts: list[list[int]], max_tokens: int,
+def pair_engine(target: Target, drafter: Drafter, prompts: list[list[int]], max_tokens: int,
                 max_tree_nodes: int = 65) -> Engine:
-    config = EngineConfig(max_batch=len(prompts),
-                          max_context=max(map(len, prompts)) + max_tokens + 1,
-                          max_tree_nodes=max_tree_nodes)
-    return Engine(target, DFlashProposer(drafter, target), config)
+    """An engine sized for exactly these prompts and `max_tokens` new tokens each."""
+    return build_engine(target, drafter, max_batch=len(prompts),
+                        max_context=max(map(len, prompts)) + max_tokens + 1,
+                        max_tree_nodes=max_tree_nodes)
 
 
 def acceptance_report(directory: str | Path, max_tokens: int = EVAL_TOKENS) -> dict[str, float]:

@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 import torch
+from reference import filtered_logits, sample
 
 from dflash_core import (
     DFlashProposer,
@@ -21,7 +22,6 @@ from dflash_core import (
     Spec,
     Target,
 )
-from dflash_core.sampling import filtered_logits, sample
 from dflash_core.step import Step
 
 VOCAB = 6

@@ -1,20 +1,16 @@
-"""The per-row sampling table draws each row exactly as `filtered_logits` + `sample` would,
-in one pass over the batch and without reading the device on the host."""
+"""The per-row sampling table draws each row exactly as the one-request reference
+(`reference.filtered_logits` + `reference.sample`) would, in one pass over the batch and
+without reading the device on the host."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from core_helpers import host_sync_ops
+from reference import filtered_logits, sample
 
 from dflash_core import SamplingParams
-from dflash_core.sampling import (
-    SamplingTable,
-    filtered_logits,
-    sample,
-    sample_table,
-    table_filtered_logits,
-)
+from dflash_core.sampling import SamplingTable, sample_table, table_filtered_logits
 
 V = 12
 ROWS = [  # greedy, pure temperature, top-k (k = 1, k = V, k > V), top-p (tiny, 1.0), both

@@ -4,9 +4,9 @@ lossless on real prompts. A broken drafter or engine cannot hide behind random w
 from __future__ import annotations
 
 import pytest
+from reference import MaskedAnchorProposer
 
 from dflash_core import SamplingParams, Spec
-from dflash_core.oracle import MaskedAnchorProposer
 from dflash_core.training.evaluate import held_out_prompts, load_pair, pair_engine
 from dflash_core.training.pair import ensure_pair
 from dflash_core.training.tokenizer import load_tokenizer
