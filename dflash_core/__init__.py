@@ -36,7 +36,30 @@ _MODULE_OF = {
     "save_model": "loader",
 }
 
-__all__ = sorted(_MODULE_OF)
+__all__ = [
+    "METHODS",
+    "AcceptanceProfile",
+    "CheckpointError",
+    "DFlashProposer",
+    "DraftInput",
+    "Drafter",
+    "DrafterConfig",
+    "Engine",
+    "EngineConfig",
+    "Generation",
+    "GenerationStats",
+    "ModelConfig",
+    "OracleProposer",
+    "Proposer",
+    "SamplingParams",
+    "Spec",
+    "Target",
+    "build_engine",
+    "load_drafter",
+    "load_models",
+    "load_target",
+    "save_model",
+]
 
 
 def __getattr__(name: str) -> Any:

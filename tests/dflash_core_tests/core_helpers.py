@@ -31,10 +31,9 @@ def target_config(moe: bool = False, **overrides) -> ModelConfig:
 
 
 def drafter_config(block_size: int = BLOCK, **overrides) -> DrafterConfig:
-    layers = ModelConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=8, rope_theta=10_000.0, **overrides)
-    return DrafterConfig(layers, block_size, [0, 2], MASK_TOKEN)
+    fields = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=10_000.0)
+    return DrafterConfig(ModelConfig(**fields | overrides), block_size, [0, 2], MASK_TOKEN)
 
 
 def make_target(moe: bool = False, seed: int = 0, **overrides) -> Target:

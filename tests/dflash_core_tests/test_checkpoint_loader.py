@@ -481,6 +481,13 @@ def test_drafter_mask_token_outside_target_vocab(drafter_dir):
         load_drafter(drafter_dir, target=target_config(vocab_size=MASK_TOKEN))
 
 
+def test_drafter_with_another_vocabulary_is_refused(drafter_dir):
+    """Its logits come through the target's LM head: another vocabulary would draft nonsense."""
+    with pytest.raises(CheckpointError, match=rf"drafter vocab_size {VOCAB} != target "
+                                              rf"vocab_size {VOCAB + 16}"):
+        load_drafter(drafter_dir, target=target_config(vocab_size=VOCAB + 16))
+
+
 def test_drafter_target_check_is_skipped_without_target(drafter_dir):
     """With no target given only the drafter's own checkpoint is validated."""
     assert load_drafter(drafter_dir).config.mask_token_id == MASK_TOKEN

@@ -132,3 +132,37 @@ def test_spec_from_a_method_name_keeps_only_what_the_method_uses():
         spec_for("dflash", None)
     with pytest.raises(ValueError, match="one of"):
         Spec.of("eagle", 8)
+
+
+def test_spec_knobs_are_named_like_the_tuning_parameters():
+    """speculative_ddtree_topk / _max_depth / _budget, speculative_dflash_block_size."""
+    from dflash_core.spec import spec_for
+
+    spec = Spec.of("ddtree", block_size=8, budget=32, topk=4, max_depth=5, spine=True)
+    assert (spec.block_size, spec.budget, spec.topk, spec.max_depth) == (8, 32, 4, 5)
+    assert spec_for("ddtree", 8, None, 32, topk=4, max_depth=5, spine=True) == spec
+    assert spec.tree_depth == 5  # the cap
+    assert Spec.ddtree(8, 32).tree_depth == 7  # max_depth 0: block_size - 1
+    assert Spec.ddtree(8, 3).tree_depth == 3  # a tree of 3 nodes is at most 3 deep
+    assert Spec.dflash(8).tree_depth == 7 and Spec.none().tree_depth == 0
+    with pytest.raises(ValueError, match=r"max_depth must be in 0\.\.block_size-1, got 8"):
+        Spec.ddtree(8, 32, max_depth=8)
+    with pytest.raises(ValueError, match="topk >= 0"):
+        Spec.ddtree(8, 32, topk=-1)
+
+
+def test_stage_times_are_zeros_unless_stage_timing_is_asked_for():
+    """Off by default: on a GPU without graphs it costs a sync at each of four stages."""
+    from dflash_core import build_engine
+    from dflash_core.stats import STAGES
+
+    target = make_target()
+    limits = dict(max_batch=4, max_context=160, max_tree_nodes=16)
+    off = build_engine(target, make_drafter(), **limits).generate(PROMPTS, GREEDY,
+                                                                   Spec.dflash(BLOCK))
+    assert off.stats.stage_s == dict.fromkeys(STAGES, 0.0) and off.stats.wall_s > 0
+    on = build_engine(target, make_drafter(), **limits, stage_timing=True).generate(
+        PROMPTS, GREEDY, Spec.dflash(BLOCK))
+    assert set(on.stats.stage_s) == set(STAGES) and on.stats.stage_s["round"] == 0.0  # no graphs
+    assert all(on.stats.stage_s[s] > 0 for s in ("prefill", "draft", "build", "verify", "commit"))
+    assert on.tokens == off.tokens

@@ -7,6 +7,7 @@ import pytest
 import torch
 from core_helpers import make_target
 
+from dflash_core import attention
 from dflash_core.accept import accept
 from dflash_core.attention import attend
 from dflash_core.step import Step
@@ -117,6 +118,34 @@ def test_attend_equals_dense_reference_attention_with_gqa_and_ragged_prefixes(fu
     scores = (q @ keys.transpose(-1, -2)) / d**0.5
     expected = scores.masked_fill(~visible[:, None], float("-inf")).softmax(-1) @ values
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_attention_gets_a_broadcast_length_bias_not_a_nodes_by_context_mask(monkeypatch):
+    """The CUDA branch differs from the CPU one only in the kernel it calls (no CPU build of the
+    memory-efficient kernel exists), so the bias view both are handed is checked here: the prefix
+    part's is [B, 1, 1, S] storage with aligned rows, expanded with stride 0, never a
+    [B, Hkv, G*N, S] tensor; and the result equals the reference in fp32."""
+    handed = []
+    flash = attention._flash_attention_cpu
+
+    def recording(qg, k, v, mask):
+        handed.append(mask)
+        return flash(qg, k, v, mask)
+
+    monkeypatch.setattr(attention, "_flash_attention_cpu", recording)
+    gen = torch.Generator().manual_seed(3)
+    b, hkv, rows, s, d = 3, 2, 4 * 5, 37, 8  # 4 query heads per KV head x 5 nodes; S not aligned
+    qg, k, v = (torch.randn(b, hkv, n, d, generator=gen) for n in (rows, s, s))
+    lens = torch.tensor([0, 9, 37])  # an empty prefix, a partial one, a full one
+    bias = attention._additive(torch.arange(s) < lens[:, None])[:, None, None]  # [B, 1, 1, S]
+    out, lse = attention._fused_partial(qg, k, v, bias)
+    want_out, want_lse = attention._partial(qg, k, v, bias)
+    torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=1e-5, rtol=1e-5)  # -inf on the empty row
+    (mask,) = handed
+    assert mask.shape == (b, hkv, rows, s) and mask.stride()[1:] == (0, 0, 1)
+    assert mask.untyped_storage().nbytes() == b * 48 * 4  # [B, 1, 1, 48] fp32: rows padded
+    assert mask.stride(0) % 16 == 0
 
 
 @pytest.mark.gpu
