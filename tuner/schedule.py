@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from tuner import robust
+from tuner import stats
 from tuner.records import TrialRecord
 from tuner.sla import Limit
 from tuner.sla import meets
@@ -38,13 +38,13 @@ def budget_schedule(trials: Sequence[TrialRecord], chosen: dict[str, Any],
                 by_level[c][setting].append(row["output_tok_s"])
     bands: list[dict[str, Any]] = []
     for c in sorted(by_level):
-        setting, rates = max(by_level[c].items(), key=lambda kv: robust.median(kv[1]))
+        setting, rates = max(by_level[c].items(), key=lambda kv: stats.median(kv[1]))
         if bands and bands[-1]["_key"] == setting:
             bands[-1]["max_concurrency"] = c
-            bands[-1]["output_tok_s"][str(c)] = robust.median(rates)
+            bands[-1]["output_tok_s"][str(c)] = stats.median(rates)
             continue
         bands.append({"_key": setting, "min_concurrency": c, "max_concurrency": c,
-                      **json.loads(setting), "output_tok_s": {str(c): robust.median(rates)}})
+                      **json.loads(setting), "output_tok_s": {str(c): stats.median(rates)}})
     for band in bands:
         del band["_key"]
     return {"layout": layout, "sla": [str(limit) for limit in limits], "bands": bands,

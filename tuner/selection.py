@@ -3,7 +3,7 @@
 Works on our own records only (no Optuna import), so ``best`` starts fast and a different SLA
 can be applied after the fact. Trials of one configuration (re-measurements in fresh launches)
 form one candidate: its numbers are medians, and it is ranked by a lower bound (median minus a
-spread penalty, see :mod:`tuner.robust`), so a configuration that was lucky once does not win.
+spread penalty, see :mod:`tuner.stats`), so a configuration that was lucky once does not win.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from backends.base import FailureClass
-from tuner import robust
+from tuner import stats
 from tuner.errors import NoResultError
 from tuner.records import GATES_PASSED
 from tuner.records import TrialRecord
@@ -93,9 +93,9 @@ def candidates(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limi
 
 def _candidate(ok: list[tuple[TrialRecord, tuple[float, float]]], ranking: Ranking) -> Candidate:
     rates = [v[0] for _, v in ok]
-    return Candidate(ok[0][0], robust.median(rates), robust.median([v[1] for _, v in ok]),
+    return Candidate(ok[0][0], stats.median(rates), stats.median([v[1] for _, v in ok]),
                      runs=len(ok),
-                     score=robust.lower_bound(rates, ranking.penalty, ranking.prior_rel_sd),
+                     score=stats.lower_bound(rates, ranking.penalty, ranking.prior_rel_sd),
                      gated=any(t.log_excerpt.startswith(GATES_PASSED) for t, _ in ok))
 
 

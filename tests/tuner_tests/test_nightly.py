@@ -23,12 +23,7 @@ from tuner import records
 from tuner.best import find_best
 from tuner.config import Config, load_config
 from tuner.nightly import run_nightly
-from tuner.nightly.compare import (
-    Reference,
-    flag_rate,
-    judge,
-    relative_noise,
-)
+from tuner.nightly.compare import Reference, flag_rate, judge
 from tuner.nightly.plan import config_key, neighbours, plan
 from tuner.runner import run_study
 from tuner.wiring import backend_from
@@ -344,12 +339,6 @@ def test_rule_error_rates_for_ten_and_two_percent_under_three_percent_noise(hist
     # of 5 at 3% noise; only more repeats (or a higher threshold) make such nights rarer.
     assert flag_rate(0.02, history_runs) < 0.06
     assert flag_rate(0.0, history_runs) < 0.01
-
-
-def test_noise_is_pooled_over_configurations_with_three_or_more_repeats():
-    assert relative_noise([[1.0, 2.0]]) == 0.0
-    assert relative_noise([[99.0, 100.0, 101.0], [198.0, 200.0, 202.0]]) == pytest.approx(
-        0.014826, rel=1e-3)
 
 
 def test_neighbours_change_one_knob_and_rotation_covers_them_all():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tuner import robust
 from tuner.errors import NoResultError
 from tuner.records import GATES_PASSED
 from tuner.records import TrialRecord
@@ -60,18 +59,6 @@ def test_a_launch_aware_ranking_takes_only_gated_configurations():
     assert chosen.params["speculative_algorithm"] == "dflash"
     with pytest.raises(NoResultError, match="integrity gates"):
         choose(plain, 128, [], ranking=ranking)
-
-
-def test_lower_bound_and_blend():
-    assert robust.mad([1.0, 2.0, 10.0]) == 1.0
-    steady, lucky = [100.0, 101.0, 99.0], [140.0]
-    # One run carries the whole prior spread (20% of 140); three close runs almost none.
-    assert robust.lower_bound(lucky, 1.0, 0.2) == pytest.approx(140.0 - 0.2 * 140.0)
-    assert robust.lower_bound(steady, 1.0, 0.2) == pytest.approx(100.0 - 2.0 / 3 ** 0.5)
-    assert robust.lower_bound(steady, 2.0, 0.2) > robust.lower_bound(lucky, 2.0, 0.2)
-    # A model with a tiny error dominates noisy runs; a useless one leaves the runs' bound.
-    assert robust.blended_score([120.0], 100.0, 0.001, 0.2, 0.0) == pytest.approx(100.0, 0.01)
-    assert robust.blended_score([120.0], 100.0, 100.0, 0.2, 0.0) == pytest.approx(120.0, 0.01)
 
 
 def test_the_winner_a_launch_aware_study_crowned_stands_while_it_qualifies():

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tuner import robust
+from tuner import stats
 from tuner.config import TuningConfig
 from tuner.finals import owed_runs
 from tuner.launches.gates import Gates
@@ -149,16 +149,16 @@ class LaunchAware:
 
     def _scores(self) -> dict[str, float]:
         """Configurations whose every run succeeded, scored by a lower bound that weighs their
-        runs against the calibrated model's prediction (see robust.blended_score)."""
+        runs against the calibrated model's prediction (see stats.blended_score)."""
         t = self.tuning
         runs = {k: [x.value for x in xs] for k, xs in self._runs().items()
                 if all(x.value is not None for x in xs)}
         params = {x.key: x.params for x in self.launcher.launches}
         predicted = {k: self.screen.predict(params[k]) for k in runs}
-        noise = robust.relative_spread(list(runs.values()), t.noise_prior)
+        noise = stats.relative_noise(runs.values(), t.noise_prior)
         model = self._model_error(runs, predicted, noise)
-        return {k: robust.blended_score(v, predicted[k] and predicted[k].goodput, model, noise,
-                                        t.mad_penalty) for k, v in runs.items()}
+        return {k: stats.blended_score(v, predicted[k] and predicted[k].goodput, model, noise,
+                                       t.mad_penalty) for k, v in runs.items()}
 
     @staticmethod
     def _model_error(runs, predicted, noise: float) -> float:

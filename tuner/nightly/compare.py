@@ -7,8 +7,9 @@ the study recorded for it, taken as exact (``N`` = infinity).
 
 The noise is one relative standard deviation, ``sigma = 1.4826 x MAD`` of today's relative
 residuals (each value / its configuration's median - 1) pooled over every configuration measured
-today with at least 3 repeats. Pooled because the incumbent and the baseline ran on the same
-machine within the same hour, and a MAD of 5 samples alone is off by +-50%.
+today with at least 3 repeats (:func:`tuner.stats.relative_noise`). Pooled because the
+incumbent and the baseline ran on the same machine within the same hour, and a MAD of 5 samples
+alone is off by +-50%.
 
 A change is beyond noise when
 
@@ -27,13 +28,12 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MAD_TO_SD = 1.4826  # MAD of a normal sample times this estimates its standard deviation
-MEDIAN_SE = math.sqrt(math.pi / 2)  # sd of a median of n normal samples ~ 1.2533 sd / sqrt(n)
-MIN_REPEATS_FOR_NOISE = 3  # with 2 values the residuals mirror each other and say little
+from tuner.stats import MEDIAN_SE
+from tuner.stats import median
+from tuner.stats import relative_noise
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,23 +61,6 @@ class Verdict:
     @property
     def improved(self) -> bool:
         return self.beyond_noise and self.change > 0
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
-def mad(values: Sequence[float]) -> float:
-    """Median absolute deviation from the median (unscaled)."""
-    centre = median(values)
-    return median([abs(v - centre) for v in values])
-
-
-def relative_noise(groups: Sequence[Sequence[float]]) -> float:
-    """One relative standard deviation from the residuals of every group, pooled; 0 if none."""
-    residuals = [v / median(g) - 1.0 for g in groups
-                 if len(g) >= MIN_REPEATS_FOR_NOISE and median(g) > 0 for v in g]
-    return MAD_TO_SD * median([abs(r) for r in residuals]) if residuals else 0.0
 
 
 def reference_from_runs(runs: Sequence[tuple[float, int]], source: str) -> Reference | None:

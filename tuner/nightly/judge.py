@@ -13,19 +13,19 @@ import sqlalchemy as sa
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from tuner.config import Config
-from tuner.nightly import records as nightly
 from tuner.nightly.compare import Reference
 from tuner.nightly.compare import Verdict
 from tuner.nightly.compare import beats
 from tuner.nightly.compare import judge
-from tuner.nightly.compare import mad
-from tuner.nightly.compare import median
 from tuner.nightly.compare import reference_from_runs
-from tuner.nightly.compare import relative_noise
 from tuner.nightly.measure import ProbeResult
 from tuner.nightly.plan import BASELINE_ROLE
 from tuner.nightly.plan import config_key
 from tuner.records import TrialRecord
+from tuner.records import nightly
+from tuner.stats import mad
+from tuner.stats import median
+from tuner.stats import relative_noise
 
 # (column in the nightly repeats table, concurrency level, metric in the study's records)
 THROUGHPUT = ("output_tok_s", None, "output_tok_s")  # None: the target concurrency

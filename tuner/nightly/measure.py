@@ -13,10 +13,10 @@ from backends import FailureClass
 from backends import Measurement
 from backends import Workload
 from tuner.interrupt import InterruptGate
-from tuner.nightly.compare import median
 from tuner.nightly.plan import BASELINE_ROLE
 from tuner.nightly.plan import Probe
 from tuner.sla import Limit
+from tuner.stats import median
 
 # Called after every repeat: (probe, repeat index, rows, failure class or None).
 SaveRepeat = Callable[[Probe, int, Sequence[Measurement], "str | None"], None]

@@ -4,12 +4,12 @@ what it was compared against."""
 from __future__ import annotations
 
 from tuner.nightly.compare import Verdict
-from tuner.nightly.compare import mad
-from tuner.nightly.compare import median
 from tuner.nightly.judge import Findings
 from tuner.nightly.measure import ProbeResult
 from tuner.nightly.plan import BASELINE_ROLE
 from tuner.nightly.plan import INCUMBENT
+from tuner.stats import mad
+from tuner.stats import median
 
 
 def lines(f: Findings, conclusion: str) -> list[str]:

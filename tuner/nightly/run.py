@@ -29,7 +29,6 @@ from tuner.config import Config
 from tuner.errors import NoResultError
 from tuner.interrupt import graceful_interrupt
 from tuner.nightly import fingerprint
-from tuner.nightly import records as nightly
 from tuner.nightly.judge import Findings
 from tuner.nightly.judge import Settings
 from tuner.nightly.judge import findings_of
@@ -40,6 +39,7 @@ from tuner.nightly.plan import Probe
 from tuner.nightly.plan import plan
 from tuner.nightly.report import lines
 from tuner.nightly.report import summary
+from tuner.records import nightly
 from tuner.wiring import backend_from
 from tuner.wiring import launch_target_from
 from tuner.wiring import workload_from

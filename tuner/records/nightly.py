@@ -1,4 +1,4 @@
-"""Nightly runs beside the study's tables in the same DB.
+"""Nightly runs beside the study's records in the same DB (tables in ``tables.py``).
 
 ``dflash_tune_nightly`` holds one row per run (the dashboard's nightly view reads it);
 ``dflash_tune_nightly_measurements`` one row per repeat of each configuration, committed as soon
@@ -13,63 +13,23 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from datetime import timezone
+from typing import TYPE_CHECKING
 from typing import Any
 
 import sqlalchemy as sa
 
-from backends.base import Measurement
-from tuner import records
-from tuner.nightly.compare import median
-from tuner.nightly.plan import Probe
+from backends import Measurement
+from tuner.records.serialize import measurement_fields
+from tuner.records.tables import connect  # noqa: F401  (re-exported: what a nightly run opens)
+from tuner.records.tables import nightly_repeats as repeats
+from tuner.records.tables import nightly_runs as runs
+from tuner.records.tables import now
+from tuner.stats import median
+
+if TYPE_CHECKING:  # records sit below tuner.nightly; a probe is only read here
+    from tuner.nightly.plan import Probe
 
 RUNNING, OK, REGRESSION, ERROR = "running", "ok", "regression", "error"
-
-metadata = sa.MetaData()
-
-runs = sa.Table(
-    "dflash_tune_nightly", metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("study", sa.String(512), nullable=False, index=True),
-    sa.Column("created_at", sa.DateTime, nullable=False),
-    sa.Column("finished_at", sa.DateTime),
-    sa.Column("status", sa.String(16), nullable=False),  # running | ok | regression | error
-    sa.Column("config_label", sa.Text, nullable=False),  # the incumbent, for people
-    sa.Column("params_json", sa.Text, nullable=False),
-    sa.Column("metric", sa.String(64), nullable=False),  # e.g. output_tok_s@128
-    # The incumbent today (median and unscaled MAD of its repeats) and what it was judged by.
-    sa.Column("median", sa.Float),
-    sa.Column("mad", sa.Float),
-    sa.Column("n_repeats", sa.Integer),
-    sa.Column("baseline_median", sa.Float),
-    sa.Column("reference_median", sa.Float),
-    sa.Column("tolerance", sa.Float),  # relative change that counted as noise
-    sa.Column("fingerprint_json", sa.Text, nullable=False),
-    sa.Column("message", sa.Text, nullable=False),
-    # Where the run lives, so the next one can tell a live run from a dead one.
-    sa.Column("host", sa.String(255), nullable=False),
-    sa.Column("pid", sa.Integer, nullable=False),
-    # True: this run's numbers start a new reference (``--rebase`` after an accepted change).
-    sa.Column("rebased", sa.Boolean, nullable=False, default=False),
-)
-
-repeats = sa.Table(
-    "dflash_tune_nightly_measurements", metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("run_id", sa.Integer, sa.ForeignKey("dflash_tune_nightly.id"), nullable=False,
-              index=True),
-    sa.Column("study", sa.String(512), nullable=False),
-    sa.Column("role", sa.String(16), nullable=False),  # incumbent | baseline | neighbour
-    sa.Column("config_key", sa.String(32), nullable=False, index=True),
-    sa.Column("config_label", sa.Text, nullable=False),
-    sa.Column("params_json", sa.Text, nullable=False),
-    sa.Column("repeat", sa.Integer, nullable=False),
-    sa.Column("output_tok_s", sa.Float),  # at the target concurrency
-    sa.Column("tok_s_per_user", sa.Float),  # at concurrency 1
-    sa.Column("failure", sa.String(32)),
-    sa.Column("metrics_json", sa.Text, nullable=False),  # concurrency -> Measurement fields
-    sa.Column("created_at", sa.DateTime, nullable=False),
-)
 
 
 @dataclass(slots=True, frozen=True)
@@ -78,12 +38,6 @@ class OpenRun:
     host: str
     pid: int
     created_at: datetime
-
-
-def connect(url: str) -> sa.Engine:
-    db = records.connect(url)
-    metadata.create_all(db)
-    return db
 
 
 def start_run(db: sa.Engine, study: str, label: str, params: dict[str, Any], metric: str,
@@ -107,7 +61,7 @@ def save_repeat(db: sa.Engine, run_id: int, study: str, probe: Probe, repeat: in
            "repeat": repeat, "failure": failure, "created_at": now(),
            "output_tok_s": None if failure or not at_target else at_target.output_tok_s,
            "tok_s_per_user": None if failure or not at_one else at_one.tok_s_per_user,
-           "metrics_json": json.dumps({m.concurrency: _fields(m) for m in rows})}
+           "metrics_json": json.dumps({m.concurrency: measurement_fields(m) for m in rows})}
     with db.begin() as conn:
         conn.execute(repeats.insert().values(**row))
 
@@ -186,13 +140,3 @@ def _until_rebased(newest_first: Sequence[tuple[int, bool]]) -> list[int]:
         if rebased:
             break
     return window
-
-
-def _fields(m: Measurement) -> dict[str, Any]:
-    row = m.to_dict()
-    row["log_excerpt"] = m.log_excerpt[-2000:]  # the end of a log says why it failed
-    return row
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)

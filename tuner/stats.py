@@ -1,4 +1,5 @@
-"""Robust statistics for noisy repeats: medians, MAD, and the score finalists are ranked by.
+"""Robust statistics of noisy repeats: medians, MAD, one pooled noise estimate, and the scores
+configurations are ranked by. Pure functions; every module that weighs repeats uses these.
 
 A configuration measured once with 20% noise can look 20% better than it is. Ranking by a lower
 bound, median minus a multiple of the spread's standard error, makes a lucky single run lose
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from collections.abc import Sequence
 
-# MAD times this estimates the standard deviation of normally distributed values.
-MAD_TO_SD = 1.4826
-# Fewer runs than this say too little about their own spread; the prior stands in.
-MIN_RUNS_FOR_SPREAD = 3
+MAD_TO_SD = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+MEDIAN_SE = math.sqrt(math.pi / 2)  # sd of a median of n normal samples ~ 1.2533 sd / sqrt(n)
+# Fewer repeats say little about their own spread (with 2 the residuals mirror each other);
+# below it a prior stands in.
+MIN_REPEATS = 3
 
 
 def median(values: Sequence[float]) -> float:
@@ -22,17 +25,26 @@ def median(values: Sequence[float]) -> float:
 
 
 def mad(values: Sequence[float]) -> float:
-    """Median absolute deviation from the median."""
+    """Median absolute deviation from the median (unscaled)."""
     centre = median(values)
     return median([abs(v - centre) for v in values])
+
+
+def relative_noise(groups: Iterable[Sequence[float]], fallback: float = 0.0) -> float:
+    """One relative SD of a single run: ``MAD_TO_SD`` x the median absolute residual (each
+    value / its group's median - 1), residuals pooled over every group of at least
+    ``MIN_REPEATS``; ``fallback`` when there is none. Pooled because the groups ran on the same
+    machine, and a MAD of 5 samples alone is off by +-50%."""
+    residuals = [abs(v / median(g) - 1.0) for g in groups
+                 if len(g) >= MIN_REPEATS and median(g) > 0 for v in g]
+    return MAD_TO_SD * median(residuals) if residuals else fallback
 
 
 def spread(values: Sequence[float], prior_rel_sd: float) -> float:
     """Estimated SD of one run: from the MAD with enough runs (never below a tenth of the prior,
     three equal runs prove little), else the prior relative SD times the median."""
-    centre = median(values)
-    prior = prior_rel_sd * abs(centre)
-    if len(values) < MIN_RUNS_FOR_SPREAD:
+    prior = prior_rel_sd * abs(median(values))
+    if len(values) < MIN_REPEATS:
         return prior
     return max(MAD_TO_SD * mad(values), 0.1 * prior)
 
@@ -42,13 +54,6 @@ def lower_bound(values: Sequence[float], penalty: float, prior_rel_sd: float) ->
     if not values:
         return -math.inf
     return median(values) - penalty * spread(values, prior_rel_sd) / math.sqrt(len(values))
-
-
-def relative_spread(groups: Sequence[Sequence[float]], prior_rel_sd: float) -> float:
-    """Relative SD of one run, pooled over configurations measured at least twice (the prior
-    until some were)."""
-    rel = [MAD_TO_SD * mad(g) / median(g) for g in groups if len(g) >= 2 and median(g) > 0]
-    return median(rel) if len(rel) >= 2 else prior_rel_sd
 
 
 def blended_score(runs: Sequence[float], predicted: float | None, model_rel_sd: float,

@@ -1,0 +1,30 @@
+"""The statistics rankings and verdicts are built on: one spread, one pooled noise, one bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner import stats
+
+
+def test_lower_bound_and_blend():
+    assert stats.mad([1.0, 2.0, 10.0]) == 1.0
+    steady, lucky = [100.0, 101.0, 99.0], [140.0]
+    # One run carries the whole prior spread (20% of 140); three close runs almost none.
+    assert stats.lower_bound(lucky, 1.0, 0.2) == pytest.approx(140.0 - 0.2 * 140.0)
+    assert stats.lower_bound(steady, 1.0, 0.2) == pytest.approx(100.0 - 2.0 / 3 ** 0.5)
+    assert stats.lower_bound(steady, 2.0, 0.2) > stats.lower_bound(lucky, 2.0, 0.2)
+    # A model with a tiny error dominates noisy runs; a useless one leaves the runs' bound.
+    assert stats.blended_score([120.0], 100.0, 0.001, 0.2, 0.0) == pytest.approx(100.0, 0.01)
+    assert stats.blended_score([120.0], 100.0, 100.0, 0.2, 0.0) == pytest.approx(120.0, 0.01)
+
+
+def test_noise_is_pooled_over_configurations_with_three_or_more_repeats():
+    assert stats.relative_noise([[1.0, 2.0]]) == 0.0
+    assert stats.relative_noise([[99.0, 100.0, 101.0], [198.0, 200.0, 202.0]]) == pytest.approx(
+        0.014826, rel=1e-3)
+
+
+def test_noise_falls_back_to_the_callers_prior_until_a_configuration_has_three_runs():
+    assert stats.relative_noise([[100.0], [90.0, 110.0]], fallback=0.15) == 0.15
+    assert stats.relative_noise([[90.0, 100.0, 110.0]], fallback=0.15) == pytest.approx(0.14826)

@@ -1,0 +1,110 @@
+"""A study's records: its config, what each trial ran (params, the rendered launch command),
+what came of it (one row per concurrency level), and the winner its finals crowned.
+
+``best``, dashboards and nightly runs read only these. A trial is written in one transaction,
+so an interrupted run leaves no half trial.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from backends import Measurement
+from tuner.records.serialize import measurement_row
+from tuner.records.serialize import row_metrics
+from tuner.records.tables import measurements
+from tuner.records.tables import now
+from tuner.records.tables import studies
+from tuner.records.tables import trials
+from tuner.records.tables import winners
+
+# Log excerpt of a launch whose integrity gates all passed (launch-aware studies choose only
+# configurations with such a launch).
+GATES_PASSED = "gates passed"
+
+
+@dataclass(slots=True)
+class TrialRecord:
+    trial_number: int
+    backend: str
+    params: dict[str, Any]
+    status: str
+    measured: bool
+    command: str
+    env: dict[str, str]
+    log_excerpt: str
+    measurements: dict[int, dict[str, Any]]  # concurrency -> metric name -> value
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def save_study_config(engine: sa.Engine, name: str, config: dict[str, Any]) -> None:
+    row = {"name": name, "config_json": json.dumps(config), "updated_at": now()}
+    with engine.begin() as conn:
+        conn.execute(studies.delete().where(studies.c.name == name))
+        conn.execute(studies.insert().values(**row))
+
+
+def load_study_config(engine: sa.Engine, name: str) -> dict[str, Any] | None:
+    with engine.connect() as conn:
+        raw = conn.execute(sa.select(studies.c.config_json).where(studies.c.name == name)).scalar()
+    return json.loads(raw) if raw else None
+
+
+def study_names(engine: sa.Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(studies.c.name).order_by(studies.c.name)).scalars())
+
+
+def save_winner(engine: sa.Engine, study: str, params: dict[str, Any]) -> None:
+    with engine.begin() as conn:
+        conn.execute(winners.insert().values(study=study, decided_at=now(),
+                                             params_json=json.dumps(params, sort_keys=True)))
+
+
+def load_winner(engine: sa.Engine, study: str) -> dict[str, Any] | None:
+    query = (sa.select(winners.c.params_json).where(winners.c.study == study)
+             .order_by(winners.c.id.desc()).limit(1))
+    with engine.connect() as conn:
+        row = conn.execute(query).scalar()
+    return json.loads(row) if row else None
+
+
+def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
+               rows: Sequence[Measurement]) -> None:
+    trial_row = {
+        "study": study, "trial_number": record.trial_number, "backend": record.backend,
+        "params_json": json.dumps(record.params, sort_keys=True), "status": record.status,
+        "measured": record.measured,
+        "command": record.command, "env_json": json.dumps(record.env),
+        "log_excerpt": record.log_excerpt, "created_at": now(),
+    }
+    with engine.begin() as conn:
+        conn.execute(trials.insert().values(**trial_row))
+        if rows:
+            keys = {"study": study, "trial_number": record.trial_number}
+            conn.execute(measurements.insert(), [{**keys, **measurement_row(m)} for m in rows])
+
+
+def load_trials(engine: sa.Engine, study: str) -> list[TrialRecord]:
+    with engine.connect() as conn:
+        trial_rows = conn.execute(sa.select(trials).where(trials.c.study == study)
+                                  .order_by(trials.c.trial_number)).mappings().all()
+        m_rows = conn.execute(sa.select(measurements)
+                              .where(measurements.c.study == study)).mappings().all()
+    by_trial: dict[int, dict[int, dict[str, Any]]] = {}
+    for m in m_rows:
+        by_trial.setdefault(m["trial_number"], {})[m["concurrency"]] = row_metrics(m)
+    return [TrialRecord(
+        trial_number=t["trial_number"], backend=t["backend"], params=json.loads(t["params_json"]),
+        status=t["status"], measured=t["measured"], command=t["command"],
+        env=json.loads(t["env_json"]),
+        log_excerpt=t["log_excerpt"], measurements=by_trial.get(t["trial_number"], {}),
+    ) for t in trial_rows]
