@@ -15,14 +15,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
 import optuna
 import plotly.graph_objects as go
 import pytest
-import sqlalchemy as sa
 from cli_helpers import write_config
 
 from tuner import records
@@ -34,6 +32,7 @@ from tuner.dashboard.nightly import load_nightly
 from tuner.dashboard.page import figure_html
 from tuner.dashboard.roofline import Roofline
 from tuner.errors import NoResultError
+from tuner.records import nightly
 from tuner.runner import run_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,30 +155,24 @@ def test_study_with_only_failures_still_reports(tmp_path):
     assert "needs at least 2 successful trials" in report
 
 
-def test_nightly_history_is_read_by_reflection(tmp_path, studied):
-    """The columns tuner.nightly writes today, plus a JSON object of numbers."""
+def test_nightly_history_shows_this_studys_runs_oldest_first(tmp_path, studied):
+    """Runs written by tuner.nightly's own records functions, one of another study."""
     shutil.copy(studied[0].removeprefix("sqlite:///"), tmp_path / "results.db")
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    columns = [sa.Column("id", sa.Integer, primary_key=True), sa.Column("created_at", sa.DateTime),
-               *(sa.Column(n, sa.String) for n in ("study", "status", "config_label", "metric",
-                                                   "fingerprint_json", "message", "extra_json")),
-               *(sa.Column(n, sa.Float) for n in ("median", "mad", "baseline_median"))]
-    table = sa.Table("dflash_tune_nightly", sa.MetaData(), *columns)
-    engine = sa.create_engine(url)
-    table.create(engine)
-    rows = [{"created_at": datetime(2026, 1, d), "study": HOSTILE, "status": status,
-             "config_label": HOSTILE_PATH, "metric": "output_tok_s@128", "median": 1000.0 - d,
-             "mad": 3.0, "baseline_median": 500.0, "message": HOSTILE_LOG,
-             "fingerprint_json": json.dumps({"driver": "580.1"}), "extra_json": '{"p90": 7}'}
-            for d, status in ((1, "ok"), (2, "regression"))]
-    with engine.begin() as conn:
-        conn.execute(table.insert(), [*rows, {**rows[0], "study": "other", "median": 1.0}])
+    engine = records.connect(url)
+    for study, status, value in ((HOSTILE, "ok", 999.0), (HOSTILE, "regression", 998.0),
+                                 ("other", "ok", 1.0)):
+        run_id = nightly.start_run(engine, study, HOSTILE_PATH, {"tp_size": 8},
+                                   "output_tok_s@128", {"host": "h", "driver": "580.1"}, 1, False)
+        nightly.finish_run(engine, run_id, status, HOSTILE_LOG, median=value, mad=3.0,
+                           n_repeats=5, baseline_median=500.0)
     history = load_nightly(engine, HOSTILE)
-    assert [r["median"] for r in history.rows] == [999.0, 998.0]  # oldest first, this study
-    assert set(history.metrics) == {"median", "mad", "baseline_median", "extra.p90"}
+    assert [r["median"] for r in history.rows] == [999.0, 998.0]
+    assert history.metrics == ["median", "mad", "baseline_median"]  # no reference yet
+    assert "fingerprint_json" not in history.columns and "status" in history.columns
     report = write_report(url, HOSTILE, tmp_path / "r.html").read_text()
     assert "nightly" in _figures(report) and "no nightly runs yet" not in report
-    assert "output_tok_s@128" in report and "extra.p90" in report
+    assert "output_tok_s@128" in report and "baseline_median" in report
     assert HOSTILE_PATH not in report and HOSTILE_LOG not in report
 
 
