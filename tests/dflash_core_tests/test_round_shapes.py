@@ -74,7 +74,8 @@ def test_a_live_batch_in_buckets_matches_solo_runs_as_requests_come_and_go():
             batch.release(row)
         joining = waiting[:1]  # one arrival per round: the live row count keeps changing
         waiting = waiting[1:]
-        for event, i in zip(batch.admit([prompts[i] for i in joining], [greedy]), joining):
+        for event, i in zip(batch.admit([prompts[i] for i in joining], [greedy] * len(joining)),
+                            joining):
             rows[event.row] = i
             outputs[i] += event.tokens
         for event in batch.step():
