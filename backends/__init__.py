@@ -9,13 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backends.base import Backend
-from backends.base import FailureClass
-from backends.base import Measurement
-from backends.base import Workload
-from backends.deployment import Deployment
-from backends.deployment import DrafterSpec
-from backends.launch_params import InvalidParams
-from backends.launch_params import LaunchParams
+from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
+from backends.deployment import Deployment, DrafterSpec
+from backends.launch_params import InvalidParams, LaunchParams
 
 
 def _model_backend(deployment: Deployment, **options) -> Backend:
@@ -48,7 +44,7 @@ def _simulated_backend(deployment: Deployment, efficiency=None, simulation=None,
     from dataclasses import replace
 
     from backends.perf_model import PerfModelBackend
-    from backends.simulated import Simulation, SimulatedBackend
+    from backends.simulated import SimulatedBackend, Simulation
 
     if truth_acceptance is not None and deployment.drafter is not None:
         drafter = replace(deployment.drafter, acceptance=tuple(truth_acceptance))
@@ -74,4 +70,4 @@ def get_backend(name: str, deployment: Deployment, **options) -> Backend:
 
 
 __all__ = ["BACKENDS", "Backend", "Deployment", "DrafterSpec", "FailureClass", "InvalidParams",
-           "LaunchParams", "Measurement", "Workload", "get_backend"]
+           "LaunchFailed", "LaunchParams", "Measurement", "Workload", "get_backend"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from backends.base import FailureClass
+from backends.contract import FailureClass
 
 # Checked top to bottom, first match wins, so the order is the policy:
 #   1. OOM first: an OOM often surfaces as a crash, a ValueError or a worker killed later on.

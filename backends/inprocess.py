@@ -15,14 +15,15 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from backends.base import Backend, FailureClass, Measurement, Workload
+from backends.base import Backend, refusals
+from backends.contract import LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
 from backends.failure_log import classify
-from backends.flags import UnsupportedParams, render_command
+from backends.flags import render_command
 from backends.latency import LevelResult, RequestResult
-from backends.launch_params import InvalidParams, LaunchParams
+from backends.launch_params import LaunchParams, to_spec
 from backends.prompts import workload_prompts
-from backends.session import LaunchFailed, Session, measure_in_one_launch
+from backends.session import Session
 
 
 class InProcessBackend(Backend):
@@ -36,27 +37,21 @@ class InProcessBackend(Backend):
             requests_per_level, warmup_requests, seed)
         self._models: tuple[Any, Any] | None = None  # loaded once, reused by every trial
 
-    def flags(self, params: dict[str, Any]) -> list[str]:
+    def flags(self, launch: LaunchParams) -> list[str]:
         """The `dflash-tune serve` command that runs the same engine configuration."""
-        return render_command("dflash", LaunchParams.from_params(params), self.deployment.target)
-
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        return measure_in_one_launch(self, params, workload)
+        return render_command("dflash", launch, self.deployment.target)
 
     @contextlib.contextmanager
-    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
-        """A 'launch' builds the engine for ``params`` (the models stay loaded across them)."""
+    def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:
+        """A 'launch' builds the engine for ``launch`` (the models stay loaded across them)."""
         began = time.perf_counter()
+        with refusals():
+            self.flags(launch)  # what the server could not express, this cannot run either
         try:
-            self.flags(params)  # what the server could not express, this cannot run either
-            engine, spec = self._engine(LaunchParams.from_params(params), workload)
+            engine, spec = self._engine(launch, workload)
             engine.check_spec(spec)  # e.g. a block larger than the drafter's fails here, not later
             if engine.config.cuda_graphs:  # part of the launch, as a server's capture is
                 _capture(engine, spec, workload)
-        except UnsupportedParams as error:
-            raise LaunchFailed(FailureClass.UNSUPPORTED, str(error)) from error
-        except InvalidParams as error:
-            raise LaunchFailed(FailureClass.INVALID_CONFIG, str(error)) from error
         except Exception as error:  # the engine's own failure: classified like a server log
             text = f"{type(error).__name__}: {error}"
             raise LaunchFailed(classify(None, text), text) from error
@@ -65,34 +60,23 @@ class InProcessBackend(Backend):
         yield session
 
     def _engine(self, launch: LaunchParams, workload: Workload):
-        from dflash_core import DFlashProposer, Engine, EngineConfig
-        from dflash_core.spec import spec_for
+        from dflash_core import build_engine
 
         target, drafter = self._load()
-        spec = spec_for(launch.speculative_algorithm,
-                        drafter.config.block_size if drafter else None,
-                        launch.speculative_dflash_block_size, launch.speculative_ddtree_budget,
-                        launch.speculative_ddtree_topk, launch.tree_depth)
-        config = EngineConfig(max_batch=launch.max_running_requests,
+        spec = to_spec(launch, drafter.config.block_size if drafter else None)
+        engine = build_engine(target, drafter if launch.speculative else None,
+                              max_batch=launch.max_running_requests,
                               max_context=workload.input_len + workload.output_len + 1,
                               max_tree_nodes=spec.num_nodes,
-                              batch_buckets=launch.capture_batch_sizes,
-                              cuda_graphs=bool(launch.capture_batch_sizes)
-                              and str(self.device).startswith("cuda"))
-        proposer = DFlashProposer(drafter, target) if launch.speculative else None
-        return Engine(target, proposer, config), spec
+                              batch_buckets=launch.capture_batch_sizes)
+        return engine, spec
 
     def _load(self):
-        if self._models is None:
-            import torch
+        if self._models is None:  # loaded once, kept across launches
+            from dflash_core import load_models
 
-            from dflash_core import load_drafter, load_target
-
-            dtype, t = getattr(torch, self.dtype), self.deployment.target
-            target = load_target(t.model_path, dtype, self.device)
-            drafter = (load_drafter(t.drafter_path, target.config, dtype, self.device)
-                       if t.drafter_path else None)
-            self._models = (target, drafter)
+            t = self.deployment.target
+            self._models = load_models(t.model_path, t.drafter_path, self.dtype, self.device)
         return self._models
 
     def _sampling(self, workload: Workload):
@@ -205,6 +189,3 @@ class _ClosedLoop:
             if event.finish:
                 result.end_s = now
 
-
-def _failed(workload: Workload, failure: FailureClass, excerpt: str) -> list[Measurement]:
-    return [Measurement.failed(c, failure, excerpt) for c in workload.concurrency]

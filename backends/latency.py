@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.base import FailureClass, Measurement
+from backends.contract import FailureClass, Measurement
 
 PERCENTILES = (50, 90, 99)
 

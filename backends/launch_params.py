@@ -1,18 +1,28 @@
-"""Typed view of a trial's flat parameter dict, shared by every flag dialect and the model.
+"""The typed parameters of one launch, shared by every backend, flag dialect and the model.
 
 Parameter names follow the SGLang flag they control (``ep_size`` -> ``--ep-size``), so one name
 means one thing from the search space to the emitted command. Parameters a search space leaves
 out take the defaults below, which match what a plain launch of the engine would do.
+
+A trial's flat parameter dict is parsed once, where it enters the tuner
+(:meth:`LaunchParams.from_params`); a LaunchParams is valid by construction. The engine spells
+the speculation knobs without their prefix (``speculative_ddtree_topk`` -> ``Spec.topk``);
+:func:`to_spec` is the one place the two vocabularies meet.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
-SPECULATIVE_ALGORITHMS = ("none", "dflash", "ddtree")
+from dflash_core.spec import METHODS as SPECULATIVE_ALGORITHMS
+from dflash_core.spec import Spec, spec_for
+
 GRAPH_LADDERS = ("pow2", "dense")
+_INTS = ("tp_size", "dp_size", "ep_size", "speculative_dflash_block_size",
+         "speculative_ddtree_budget", "speculative_ddtree_topk", "speculative_ddtree_max_depth",
+         "cuda_graph_max_bs", "max_running_requests")
+_BOOLS = ("enable_dp_attention", "cuda_graph")
 
 
 class InvalidParams(ValueError):
@@ -39,17 +49,33 @@ class LaunchParams:
     max_running_requests: int = 48
     mem_fraction_static: float = 0.88
 
+    def __post_init__(self) -> None:
+        self._check_types()
+        self._check_values()
+
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> LaunchParams:
+        """Parse a trial's flat parameter dict (names as in the search space); InvalidParams
+        names what is wrong."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:
             raise InvalidParams(f"unknown parameter(s): {', '.join(unknown)}")
-        lp = cls(**params)
-        lp.check()
-        return lp
+        return cls(**params)
 
-    def check(self) -> None:
+    def _check_types(self) -> None:
+        wrong = [name for name in _INTS if not _is_int(getattr(self, name))]
+        wrong += [name for name in _BOOLS if not isinstance(getattr(self, name), bool)]
+        wrong += [name for name in ("speculative_algorithm", "cuda_graph_bs_ladder")
+                  if not isinstance(getattr(self, name), str)]
+        if not isinstance(self.mem_fraction_static, (int, float)) or isinstance(
+                self.mem_fraction_static, bool):
+            wrong.append("mem_fraction_static")
+        if wrong:
+            raise InvalidParams("wrongly typed parameter(s): " + ", ".join(
+                f"{name}={getattr(self, name)!r}" for name in wrong))
+
+    def _check_values(self) -> None:
         if self.speculative_algorithm not in SPECULATIVE_ALGORITHMS:
             raise InvalidParams(f"speculative_algorithm must be one of {SPECULATIVE_ALGORITHMS}")
         if self.cuda_graph_bs_ladder not in GRAPH_LADDERS:
@@ -61,8 +87,12 @@ class LaunchParams:
             raise InvalidParams(f"ep_size {self.ep_size} must divide tp_size {self.tp_size}")
         if self.speculative and self.speculative_dflash_block_size < 2:
             raise InvalidParams("speculative_dflash_block_size must be >= 2")
-        if self.is_ddtree and self.speculative_ddtree_budget < self.speculative_dflash_block_size - 1:
+        if self.is_ddtree and self.speculative_ddtree_budget < min_ddtree_budget(
+                self.speculative_dflash_block_size):
             raise InvalidParams("speculative_ddtree_budget must be >= block size - 1")
+        if self.is_ddtree and min(self.speculative_ddtree_topk,
+                                  self.speculative_ddtree_max_depth) < 0:
+            raise InvalidParams("speculative_ddtree_topk and _max_depth must be >= 0")
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise InvalidParams("mem_fraction_static must be in (0, 1)")
 
@@ -120,3 +150,24 @@ class LaunchParams:
         parts.append(f"graphs<={max(self.capture_batch_sizes)}" if self.cuda_graph else "eager")
         parts.append(f"run{self.max_running_requests} mem{self.mem_fraction_static:g}")
         return " ".join(parts)
+
+
+def min_ddtree_budget(block_size: int) -> int:
+    """The smallest tree budget a launch may ask for: room for the whole greedy chain, so a tree
+    never verifies less than DFlash would with the same block (the search spaces' lower bound)."""
+    return block_size - 1
+
+
+def to_spec(knobs: Any, trained_block: int | None, spine: bool = False) -> Spec:
+    """The engine's Spec for the speculation knobs of ``knobs``: a LaunchParams, or serve's
+    options (anything with these attributes; serve's block size may be None = the drafter's
+    trained block). The one mapping from the tuning names to the engine's."""
+    block = knobs.speculative_dflash_block_size or trained_block
+    depth = knobs.speculative_ddtree_max_depth
+    return spec_for(knobs.speculative_algorithm, trained_block, block,
+                    budget=knobs.speculative_ddtree_budget, topk=knobs.speculative_ddtree_topk,
+                    max_depth=min(depth, block - 1) if block else depth, spine=spine)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

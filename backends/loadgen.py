@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from backends.base import Measurement
+from backends.contract import Measurement
 from backends.latency import LevelResult, RequestResult, percentile, to_ms
 from backends.spec_metrics import FLAVORS, accept_len, scrape
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from backends.base import FailureClass
+from backends.contract import FailureClass
 from backends.failure_log import classify
 
 EXCERPT_CHARS = 4000

@@ -13,19 +13,20 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import httpx
 
-from backends.base import Backend, FailureClass, Measurement, Workload
+from backends.base import Backend, refusals
+from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
 from backends.drain import wait_drained
-from backends.flags import UnsupportedParams, render_command, render_env
-from backends.launch_params import InvalidParams, LaunchParams
+from backends.flags import render_command, render_env
+from backends.launch_params import LaunchParams
 from backends.loadgen import LoadSpec, run_load
 from backends.prompts import held_out_prompts, random_prompts
 from backends.server import RunningServer, ServerError, ServerSpec, free_port, launched
-from backends.session import LaunchFailed, Session, measure_in_one_launch
+from backends.session import Session
 
 
 class ServerBackend(Backend):
@@ -43,33 +44,24 @@ class ServerBackend(Backend):
         self.requests_per_level, self.warmup_requests = requests_per_level, warmup_requests
         self.seed = seed
 
-    def flags(self, params: dict[str, Any]) -> list[str]:
-        return self._argv(LaunchParams.from_params(params), self.deployment.target.port)
+    def flags(self, launch: LaunchParams) -> list[str]:
+        return self._argv(launch, self.deployment.target.port)
 
-    def env(self, params: dict[str, Any]) -> dict[str, str]:
-        return render_env(self.engine, LaunchParams.from_params(params),
-                          self.deployment.engine_version)
-
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        return measure_in_one_launch(self, params, workload)
+    def env(self, launch: LaunchParams) -> dict[str, str]:
+        return render_env(self.engine, launch, self.deployment.engine_version)
 
     @contextlib.contextmanager
-    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
-        try:
-            launch = LaunchParams.from_params(params)
+    def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:
+        with refusals():
             port = free_port(self.deployment.target.host)
             argv = self.executable(self._argv(launch, port))
-            env = self.env(params)
-        except UnsupportedParams as error:
-            raise LaunchFailed(FailureClass.UNSUPPORTED, str(error)) from error
-        except InvalidParams as error:
-            raise LaunchFailed(FailureClass.INVALID_CONFIG, str(error)) from error
+            env = self.env(launch)
         spec = ServerSpec(argv, port, self.deployment.target.host, env, self.health_paths,
                           self.start_timeout_s)
         began = time.perf_counter()
         try:
             with launched(spec) as server:
-                session = _ServerSession(self, server, workload)
+                session = _ServerSession(self, server, workload, launch.gpus)
                 session.clock.launch_s = time.perf_counter() - began
                 yield session
         except ServerError as error:
@@ -103,9 +95,11 @@ class ServerBackend(Backend):
 class _ServerSession(Session):
     """A running server: levels, probes and health checks against it."""
 
-    def __init__(self, backend: ServerBackend, server: RunningServer, workload: Workload) -> None:
+    def __init__(self, backend: ServerBackend, server: RunningServer, workload: Workload,
+                 gpus: int) -> None:
         super().__init__()
         self.backend, self.server, self.workload = backend, server, workload
+        self.gpus = gpus  # what output_tok_s_per_gpu divides by: the launch's, not the node's
 
     def _level(self, concurrency: int, requests: int | None) -> Measurement:
         died = self.alive()
@@ -115,8 +109,8 @@ class _ServerSession(Session):
         if left:
             return Measurement.failed(concurrency, FailureClass.TRANSIENT,
                                       f"server still held {left:g} requests before this level")
-        row = run_load(self.backend.load_spec(self.server.base_url, self.workload, concurrency,
-                                              requests))[0]
+        spec = self.backend.load_spec(self.server.base_url, self.workload, concurrency, requests)
+        row = run_load(spec, self.gpus)[0]
         died = self.alive()  # a server that died under load is a crash, not slow numbers
         return Measurement.failed(concurrency, died, self.server.log_excerpt()) if died else row
 
@@ -162,8 +156,11 @@ class DFlashServeBackend(ServerBackend):
     metrics_flavor = "dflash"
 
     def executable(self, argv: list[str]) -> list[str]:
-        # The emitted command names the console script; run it with this interpreter.
-        return [sys.executable, "-m", "tuner", *argv[1:]] if argv[0] == "dflash-tune" else argv
+        # The emitted command names the console script (`dflash-tune serve ...`); the server
+        # itself lives in backends, so run it with this interpreter without the tuner.
+        if argv[:2] == ["dflash-tune", "serve"]:
+            return [sys.executable, "-m", "backends.dflash_server", *argv[2:]]
+        return argv
 
     def prompts(self, workload: Workload) -> list[list[int]]:
         """The pair's held-out prompts when the target ships them (real acceptance)."""

@@ -4,7 +4,7 @@ A launch is what costs minutes on a real node (loading a 1T-param model, capturi
 a concurrency level costs seconds. A :class:`Session` is one launch: the tuner asks it for levels
 one at a time (an SLA search picks the next level from the last), for a short or a long window,
 for greedy outputs (the losslessness probe) and for a soak. Sessions never raise for a failing
-configuration: a dead or broken server comes back as failed measurements, like ``measure``.
+configuration: a dead or broken server comes back as failed measurements.
 """
 
 from __future__ import annotations
@@ -12,22 +12,8 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass
-from dataclasses import replace
 
-from backends.base import FailureClass
-from backends.base import Measurement
-
-
-class LaunchFailed(Exception):
-    """The configuration did not come up (or cannot be expressed): nothing can be measured."""
-
-    def __init__(self, failure: FailureClass, log_excerpt: str) -> None:
-        super().__init__(f"{failure.value}: {log_excerpt[-300:]}")
-        self.failure, self.log_excerpt = failure, log_excerpt
-
-
-class ProbeUnsupported(Exception):
-    """This backend cannot produce tokens (the performance model predicts, it does not run)."""
+from backends.contract import FailureClass, Measurement, ProbeUnsupported
 
 
 @dataclass(slots=True)
@@ -65,27 +51,3 @@ class Session(abc.ABC):
     def alive(self) -> FailureClass | None:
         """None while the launched server is healthy; else how it died."""
         return None
-
-
-class PerLevelSession(Session):
-    """Any backend's ``measure`` one level at a time: the fallback for backends without a
-    launch of their own to keep (each level is a whole ``measure`` call)."""
-
-    def __init__(self, backend, params: dict, workload) -> None:
-        super().__init__()
-        self.backend, self.params, self.workload = backend, params, workload
-
-    def _level(self, concurrency: int, requests: int | None) -> Measurement:
-        one = replace(self.workload, concurrency=(concurrency,))
-        return self.backend.measure(self.params, one)[0]
-
-
-def measure_in_one_launch(backend, params: dict, workload) -> list[Measurement]:
-    """``Backend.measure`` for backends with sessions: every level of ``workload`` in one
-    launch, in order; a launch that fails fails every level with its class and excerpt."""
-    try:
-        with backend.session(params, workload) as session:
-            return [session.measure(c) for c in workload.concurrency]
-    except LaunchFailed as error:
-        return [Measurement.failed(c, error.failure, error.log_excerpt)
-                for c in workload.concurrency]

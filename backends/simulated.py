@@ -20,16 +20,13 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from backends.base import Backend
-from backends.base import Measurement
-from backends.base import Workload
+from backends.contract import Measurement, Workload
+from backends.launch_params import LaunchParams
 from backends.session import Session
-from backends.session import measure_in_one_launch
 
 _LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms",
               "itl_p99_ms")
@@ -65,22 +62,19 @@ class SimulatedBackend(Backend):
         self.truth, self.simulation = truth, simulation
         self.launches = 0  # seeds each launch's noise, so a study replays exactly
 
-    def flags(self, params: dict[str, Any]) -> list[str]:
-        return self.truth.flags(params)
+    def flags(self, launch: LaunchParams) -> list[str]:
+        return self.truth.flags(launch)
 
-    def env(self, params: dict[str, Any]) -> dict[str, str]:
-        return self.truth.env(params)
-
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        return measure_in_one_launch(self, params, workload)
+    def env(self, launch: LaunchParams) -> dict[str, str]:
+        return self.truth.env(launch)
 
     @contextlib.contextmanager
-    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
+    def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:
         sim = self.simulation
         self.launches += 1
         rng = random.Random(f"{sim.seed}/{self.launches}")
         _sleep(sim, sim.launch_s)
-        with self.truth.session(params, workload) as truth:  # LaunchFailed passes through
+        with self.truth.session(launch, workload) as truth:  # LaunchFailed passes through
             session = _NoisySession(truth, sim, workload, rng)
             session.clock.launch_s = sim.launch_s
             yield session

@@ -171,7 +171,7 @@ def calibrate(reference: Annotated[str, typer.Option(
 
 # The engine's commands live in their own module (they share nothing with the study ones).
 app.command()(engine_cli.generate)
-app.command()(engine_cli.serve)
+app.command()(engine_cli.serve)  # backends.dflash_server.cli.serve
 fixtures_app = typer.Typer(no_args_is_help=True, help="The tiny trained target + DFlash drafter "
                            "pair used by the tests, benchmarks and the in-process engine.")
 app.add_typer(fixtures_app, name="fixtures")

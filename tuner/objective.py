@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 
-from backends import Backend
-from backends import FailureClass
-from backends import Measurement
-from backends import Workload
-from backends.flags import render_shell
-from backends.launch_params import InvalidParams
+from backends import Backend, FailureClass, Measurement, Workload
 from search_spaces import SearchSpace
-from tuner import records
 from tuner.interrupt import InterruptGate
+from tuner.recorder import Recorder, parse
 from tuner.sla import Limit
 from tuner.study import MEASURED_KEY
 
@@ -39,21 +34,22 @@ class Objective:
     study_name: str
     engine: Any  # sqlalchemy Engine for our records
     gate: InterruptGate | None  # set by whoever runs the trials (Ctrl-C handling)
+    recorder: Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.recorder = Recorder(self.backend, self.engine, self.study_name)
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
         params = self.space.suggest(trial, self.context)
         problems = self.space.violations(params, self.context)
+        launch, invalid = parse(params)
         with self.gate.measuring():
-            rows = self._measure(params, problems)
+            rows = self._measure(launch, problems, invalid)
         failure = next((m.failure for m in rows if m.failure), None)
-        command, env = self._command(params)
         excerpt = next((m.log_excerpt for m in rows if m.log_excerpt), "")
-        record = records.TrialRecord(
-            trial_number=trial.number, backend=self.backend.name, params=params,
-            status=failure.value if failure else "ok", measured=not problems, command=command,
-            env=env, log_excerpt=excerpt, measurements={})
         # A rejected sample has no measurements to keep, only the reason in its log excerpt.
-        records.save_trial(self.engine, self.study_name, record, [] if problems else rows)
+        self.recorder.save(trial.number, params, launch, failure.value if failure else "ok",
+                           not problems, excerpt, [] if problems else rows)
         # Only now: an interrupted trial is neither recorded nor counted against the budget.
         trial.set_user_attr(MEASURED_KEY, not problems)
         if failure is not None and not failure.is_deterministic:  # transient, port in use
@@ -65,18 +61,12 @@ class Objective:
             return 0.0, 0.0
         return by_level[self.target_concurrency].output_tok_s, by_level[1].tok_s_per_user
 
-    def _measure(self, params: dict[str, Any], problems: list[str]) -> list[Measurement]:
-        if problems:  # never reaches a backend
-            why = "violates " + "; ".join(problems)
+    def _measure(self, launch, problems: list[str], invalid: str) -> list[Measurement]:
+        if problems or launch is None:  # never reaches a backend
+            why = "violates " + "; ".join(problems) if problems else invalid
             return [Measurement.failed(c, FailureClass.INVALID_CONFIG, why)
                     for c in self.workload.concurrency]
-        return self.backend.measure(params, self.workload)
-
-    def _command(self, params: dict[str, Any]) -> tuple[str, dict[str, str]]:
-        try:
-            return render_shell(self.backend.flags(params)), self.backend.env(params)
-        except InvalidParams:
-            return "", {}
+        return self.backend.measure(launch, self.workload)
 
     def _constrain(self, trial: optuna.Trial, failure: FailureClass | None,
                    at_target: Measurement | None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from backends.base import FailureClass
+from backends.contract import FailureClass
 from tuner import stats
 from tuner.errors import NoResultError
 from tuner.records import GATES_PASSED

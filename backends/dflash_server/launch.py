@@ -7,20 +7,23 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from backends.launch_params import to_spec
+
 log = logging.getLogger("dflash_tune.serve")
 
 
 @dataclass(slots=True)
 class ServeOptions:
-    """Launch options; the speculation ones mirror the tuning parameters."""
+    """Launch options. The speculation knobs carry the tuning names (LaunchParams fields);
+    `backends.flags.dflash.FLAGS` spells them on the command line."""
 
     target: Path
     drafter: Path | None = None
-    method: str = "none"  # none | dflash | ddtree
-    block_size: int | None = None  # default: the drafter's trained block
-    budget: int = 32
-    width: int = 0
-    depth: int = 0
+    speculative_algorithm: str = "none"  # none | dflash | ddtree
+    speculative_dflash_block_size: int | None = None  # None: the drafter's trained block
+    speculative_ddtree_budget: int = 32
+    speculative_ddtree_topk: int = 0  # 0: no cap (a depth never holds more than the budget)
+    speculative_ddtree_max_depth: int = 0  # 0: block size - 1
     spine: bool = False
     max_running_requests: int = 8
     max_context: int = 2048
@@ -40,26 +43,16 @@ def build(options: ServeOptions):
 
     from backends.dflash_server.app import ServerInfo
     from backends.dflash_server.loop import EngineLoop
-    from dflash_core import DFlashProposer, Engine, EngineConfig, load_drafter, load_target
-    from dflash_core.spec import spec_for
+    from dflash_core import build_engine, load_models
 
-    dtype = getattr(torch, options.dtype)
-    target = load_target(options.target, dtype, options.device)
-    drafter = (load_drafter(options.drafter, target.config, dtype, options.device)
-               if options.drafter else None)
-    spec = spec_for(options.method, drafter.config.block_size if drafter else None,
-                    options.block_size, options.budget, options.width, options.depth,
-                    options.spine)
-    graphs = bool(options.cuda_graph_bs) and options.device.startswith("cuda")
-    config = EngineConfig(max_batch=options.max_running_requests,
+    target, drafter = load_models(options.target, options.drafter, options.dtype,
+                                  options.device)
+    spec = to_spec(options, drafter.config.block_size if drafter else None, options.spine)
+    engine = build_engine(target, drafter, max_batch=options.max_running_requests,
                           max_context=options.max_context, max_tree_nodes=spec.num_nodes,
-                          batch_buckets=tuple(options.cuda_graph_bs), cuda_graphs=graphs)
-    engine = Engine(target, DFlashProposer(drafter, target) if drafter else None, config)
-    tokenizer_path = Path(options.target) / "tokenizer.json"
-    if not tokenizer_path.is_file():
-        raise FileNotFoundError(f"{tokenizer_path} not found (the server needs a tokenizer)")
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    if options.cuda_graph_bs and not graphs:
+                          batch_buckets=tuple(options.cuda_graph_bs))
+    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
+    if options.cuda_graph_bs and not engine.config.cuda_graphs:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
                     "CUDA graphs (they need a CUDA device)", options.cuda_graph_bs,
                     options.device)
@@ -68,12 +61,19 @@ def build(options: ServeOptions):
                       {k: str(v) if isinstance(v, Path) else v
                        for k, v in asdict(options).items()})
     loop = EngineLoop(engine, spec, options.seed)
-    if graphs:  # before the first request, as servers do; sampling modes are captured lazily
+    if engine.config.cuda_graphs:  # before the first request, as servers do
         began = time.perf_counter()
         with torch.inference_mode():
             made = loop.batch.capture()
         log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
     return loop, info
+
+
+def _tokenizer_path(target: Path) -> Path:
+    path = Path(target) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (the server needs a tokenizer)")
+    return path
 
 
 def serve(options: ServeOptions) -> None:

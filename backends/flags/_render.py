@@ -5,11 +5,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from backends.flags import dflash
-from backends.flags import sglang
-from backends.flags import vllm
-from backends.flags._dialect import EngineDialect
-from backends.flags._dialect import LaunchTarget
+from backends.flags import dflash, sglang, vllm
+from backends.flags._dialect import EngineDialect, LaunchTarget
 from backends.launch_params import LaunchParams
 
 _DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT,
@@ -48,7 +45,6 @@ def render_command(
     """
     dialect = _dialect(engine)
     out = dialect.argv(_version(dialect, version), flag_overrides or {})
-    params.check()
     dialect.render(params, target, out)
     return [*out.args, *target.extra_args]
 

@@ -1,28 +1,32 @@
 """`dflash-tune serve` launch flags (this project's own server over dflash_core).
 
 One GPU (or the CPU) per server: tensor, data and expert parallelism are not expressible. DDTree
-is native: budget -> --budget, top-k -> --width, max depth -> --depth.
+is native. ``FLAGS`` is the one table from the tuning names (LaunchParams fields, which are also
+serve's option names) to serve's spellings: the renderer below and serve's own command line
+(`backends.dflash_server.cli`) both read it.
 """
 
 from __future__ import annotations
 
-from backends.flags._dialect import Argv
-from backends.flags._dialect import EngineDialect
-from backends.flags._dialect import FlagTable
-from backends.flags._dialect import LaunchTarget
-from backends.flags._dialect import UnsupportedParams
-from backends.flags._dialect import require_drafter
+from backends.flags._dialect import (
+    Argv,
+    EngineDialect,
+    FlagTable,
+    LaunchTarget,
+    UnsupportedParams,
+    require_drafter,
+)
 from backends.flags._versions import VersionRange
 from backends.launch_params import LaunchParams
 
-_FLAGS = {
+FLAGS = {
     "target": "--target",
     "drafter": "--drafter",
-    "method": "--method",
-    "block_size": "--block-size",
-    "budget": "--budget",
-    "width": "--width",
-    "depth": "--depth",
+    "speculative_algorithm": "--method",
+    "speculative_dflash_block_size": "--block-size",
+    "speculative_ddtree_budget": "--budget",
+    "speculative_ddtree_topk": "--width",
+    "speculative_ddtree_max_depth": "--depth",
     "max_running_requests": "--max-running-requests",
     "max_context": "--max-context",
     "cuda_graph_bs": "--cuda-graph-bs",
@@ -30,7 +34,7 @@ _FLAGS = {
     "port": "--port",
 }
 
-TABLES = (FlagTable(VersionRange("0.1.0", "0.1.x"), _FLAGS),)
+TABLES = (FlagTable(VersionRange("0.1.0", "0.1.x"), FLAGS),)
 
 
 def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
@@ -38,14 +42,14 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     _check_supported(params, out.label)
     out.raw("dflash-tune", "serve")
     out.add("target", target.model_path)
-    out.add("method", params.speculative_algorithm)
+    out.add("speculative_algorithm", params.speculative_algorithm)
     if params.speculative:
         out.add("drafter", require_drafter(params, target, out.label))
-        out.add("block_size", params.speculative_dflash_block_size)
+        out.add("speculative_dflash_block_size", params.speculative_dflash_block_size)
     if params.is_ddtree:
-        out.add("budget", params.speculative_ddtree_budget)
-        out.add("width", params.speculative_ddtree_topk)
-        out.add("depth", params.tree_depth)
+        out.add("speculative_ddtree_budget", params.speculative_ddtree_budget)
+        out.add("speculative_ddtree_topk", params.speculative_ddtree_topk)
+        out.add("speculative_ddtree_max_depth", params.tree_depth)
     out.add("max_running_requests", params.max_running_requests)
     if target.context_length is not None:
         out.add("max_context", target.context_length)

@@ -4,31 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 from typing import ClassVar
 
-from backends.base import Backend
-from backends.base import FailureClass
-from backends.base import Measurement
-from backends.base import Workload
+from backends.base import Backend, refusals
+from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
-from backends.flags import UnsupportedParams
-from backends.flags import render_command
-from backends.flags import render_env
-from backends.launch_params import InvalidParams
-from backends.launch_params import LaunchParams
-from backends.perf_model.acceptance import AcceptanceProfile
-from backends.perf_model.acceptance import chain_acceptance
-from backends.perf_model.acceptance import tree_acceptance
-from backends.perf_model.catalog import drafter_arch
-from backends.perf_model.catalog import load_hardware
-from backends.perf_model.catalog import load_model
+from backends.flags import render_command, render_env
+from backends.launch_params import InvalidParams, LaunchParams
+from backends.perf_model.acceptance import AcceptanceProfile, chain_acceptance, tree_acceptance
+from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
 from backends.perf_model.constants import Efficiency
 from backends.perf_model.memory import plan_memory
-from backends.perf_model.predict import Setup
-from backends.perf_model.predict import predict
+from backends.perf_model.predict import Setup, predict
 from backends.perf_model.step import Node
-from backends.session import LaunchFailed
 from backends.session import Session
 
 
@@ -50,47 +38,31 @@ class PerfModelBackend(Backend):
             intermediate=spec.intermediate_size)
         self.profile = spec and AcceptanceProfile(spec.acceptance, spec.rank_decay)
 
-    def flags(self, params: dict[str, Any]) -> list[str]:
+    def flags(self, launch: LaunchParams) -> list[str]:
         d = self.deployment
-        return render_command(d.engine, LaunchParams.from_params(params), d.target,
-                              d.engine_version, d.flag_overrides)
+        return render_command(d.engine, launch, d.target, d.engine_version, d.flag_overrides)
 
-    def env(self, params: dict[str, Any]) -> dict[str, str]:
+    def env(self, launch: LaunchParams) -> dict[str, str]:
         d = self.deployment
-        return render_env(d.engine, LaunchParams.from_params(params), d.engine_version)
-
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
-        try:
-            setup = self.checked_setup(params, workload)
-        except LaunchFailed as err:
-            return self._failed(workload, err.failure, err.log_excerpt)
-        return [predict(setup, workload, c) for c in workload.concurrency]
+        return render_env(d.engine, launch, d.engine_version)
 
     @contextlib.contextmanager
-    def session(self, params: dict[str, Any], workload: Workload) -> Iterator[Session]:
-        yield _PredictedSession(self.checked_setup(params, workload), workload)
+    def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:
+        yield _PredictedSession(self.checked_setup(launch, workload), workload)
 
-    def checked_setup(self, params: dict[str, Any], workload: Workload) -> Setup:
+    def checked_setup(self, launch: LaunchParams, workload: Workload) -> Setup:
         """``setup`` with every reason it cannot launch as LaunchFailed (what a server would
         have said)."""
-        try:
-            setup = self.setup(params, workload)
-        except UnsupportedParams as err:
-            raise LaunchFailed(FailureClass.UNSUPPORTED, str(err)) from err
-        except InvalidParams as err:
-            raise LaunchFailed(FailureClass.INVALID_CONFIG, str(err)) from err
-        except (TypeError, ValueError) as err:  # a wrongly typed value, e.g. tp_size="8"
-            raise LaunchFailed(FailureClass.INVALID_CONFIG,
-                               f"{type(err).__name__}: {err}") from err
+        with refusals():
+            setup = self.setup(launch, workload)
         if setup.plan.infeasible:
             raise LaunchFailed(FailureClass.OOM, setup.plan.infeasible)
         return setup
 
-    def setup(self, params: dict[str, Any], workload: Workload) -> Setup:
-        """Validate ``params`` for this deployment and fix everything but the concurrency."""
-        lp = LaunchParams.from_params(params)
+    def setup(self, lp: LaunchParams, workload: Workload) -> Setup:
+        """Validate ``lp`` for this deployment and fix everything but the concurrency."""
         self._check(lp)
-        self.flags(params)  # the engine must be able to express it
+        self.flags(lp)  # the engine must be able to express it
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
         plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
         return Setup(self.node, self.model, self.drafter, lp, plan, self._acceptance(lp))
@@ -115,10 +87,6 @@ class PerfModelBackend(Backend):
             return tree_acceptance(self.profile, lp.speculative_ddtree_budget,
                                    lp.speculative_ddtree_topk, lp.tree_depth)
         return chain_acceptance(self.profile, lp.speculative_dflash_block_size)
-
-    @staticmethod
-    def _failed(workload: Workload, failure: FailureClass, why: str) -> list[Measurement]:
-        return [Measurement.failed(c, failure, why, predicted=True) for c in workload.concurrency]
 
 
 class _PredictedSession(Session):

@@ -9,12 +9,11 @@ constants.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from backends.base import Workload
+from backends.contract import Workload
+from backends.launch_params import LaunchParams
 from backends.perf_model.constants import Efficiency
 
 PEAK = "peak"
@@ -23,7 +22,7 @@ PEAK = "peak"
 @dataclass(slots=True, frozen=True)
 class Observation:
     name: str
-    params: dict[str, Any]
+    launch: LaunchParams
     at: int | str  # a concurrency level, or "peak" (best over the workload's levels)
     output_tok_s: float
 

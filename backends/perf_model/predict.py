@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from backends.base import Measurement
-from backends.base import Workload
+from backends.contract import Measurement
+from backends.contract import Workload
 from backends.launch_params import LaunchParams
 from backends.perf_model.acceptance import Acceptance
 from backends.perf_model.catalog import DrafterArch

@@ -8,17 +8,12 @@ from typing import Any
 
 import yaml
 
-from backends.base import Workload
-from backends.deployment import Deployment
-from backends.deployment import DrafterSpec
+from backends.contract import Workload
+from backends.deployment import Deployment, DrafterSpec
 from backends.flags import LaunchTarget
+from backends.launch_params import LaunchParams
 from backends.perf_model.backend import PerfModelBackend
-from backends.perf_model.calibrate import PEAK
-from backends.perf_model.calibrate import Comparison
-from backends.perf_model.calibrate import Observation
-from backends.perf_model.calibrate import Predictor
-from backends.perf_model.calibrate import compare
-from backends.perf_model.calibrate import fit
+from backends.perf_model.calibrate import PEAK, Comparison, Observation, Predictor, compare, fit
 from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import Efficiency
 
@@ -52,7 +47,8 @@ def load_reference(name_or_path: str) -> Reference:
     workload = Workload(wl["input_len"], wl["output_len"], tuple(wl["concurrency"]))
     defaults = raw.get("defaults", {})
     observations = tuple(
-        Observation(o["name"], {**defaults, **o.get("params", {})}, o["at"],
+        Observation(o["name"], LaunchParams.from_params({**defaults, **o.get("params", {})}),
+                    o["at"],
                     float(o["output_tok_s"]))
         for o in raw["observations"])
     return Reference(deployment, workload, observations)
@@ -62,7 +58,7 @@ def model_predictor(deployment: Deployment) -> Predictor:
     """Predicted output tok/s of an observation under given efficiency constants."""
 
     def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
-        rows = PerfModelBackend(deployment, eff).measure(obs.params, workload)
+        rows = PerfModelBackend(deployment, eff).measure(obs.launch, workload)
         by_level = {m.concurrency: m.output_tok_s for m in rows if m.ok}
         if not by_level:
             return 0.0

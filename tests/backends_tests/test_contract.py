@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from contract import BackendContract
 
-from backends import Workload
-from backends import get_backend
+from backends import LaunchParams as LP
+from backends import Workload, get_backend
 
 DFLASH = {"ep_size": 8, "speculative_algorithm": "dflash", "speculative_dflash_block_size": 8}
 
@@ -26,26 +26,34 @@ class TestModelBackendContract(BackendContract):
     @pytest.fixture(params=["tp8", "ep8_dflash_eager", "ep8_ddtree"])
     def good_params(self, request):
         return {
-            "tp8": {"max_running_requests": 256, "cuda_graph_max_bs": 256},
-            "ep8_dflash_eager": {**DFLASH, "cuda_graph": False},
-            "ep8_ddtree": {**DFLASH, "speculative_algorithm": "ddtree",
-                           "speculative_ddtree_budget": 16, "speculative_ddtree_topk": 2},
+            "tp8": LP(max_running_requests=256, cuda_graph_max_bs=256),
+            "ep8_dflash_eager": LP(**DFLASH, cuda_graph=False),
+            "ep8_ddtree": LP(**{**DFLASH, "speculative_algorithm": "ddtree"},
+                             speculative_ddtree_budget=16, speculative_ddtree_topk=2),
         }[request.param]
 
     @pytest.fixture
     def bad_params(self):
         return {
-            "unknown name": {"tp_size": 8, "enable_magic": True},
-            "ep does not divide tp": {"tp_size": 8, "ep_size": 3},
-            "gpus mismatch": {"tp_size": 4, "dp_size": 1},
-            "wrongly typed value": {"tp_size": "8"},
-            "block above the drafter's": {**DFLASH, "speculative_dflash_block_size": 16},
-            "mem fraction out of range": {"mem_fraction_static": 1.2},
+            "gpus mismatch": LP(tp_size=4, dp_size=1),
+            "block above the drafter's": LP(**{**DFLASH, "speculative_dflash_block_size": 16}),
         }
 
     @pytest.fixture
     def oom_params(self):
-        return {"tp_size": 4, "dp_size": 2}  # two replicas of ~594 GB on 96 GB cards
+        return LP(tp_size=4, dp_size=2)  # two replicas of ~594 GB on 96 GB cards
+
+
+class TestSimulatedBackendContract(TestModelBackendContract):
+    """The same node and configurations, measured noisily around the model (its hidden truth);
+    no launch cost, so only the noise differs from the model's contract run."""
+
+    @pytest.fixture
+    def backend(self, pcie8_reference):
+        from backends.simulated import Simulation
+
+        return get_backend("simulated", pcie8_reference.deployment,
+                           simulation=Simulation(noise=0.1, launch_s=0.0))
 
 
 def _pair_deployment():
@@ -66,6 +74,9 @@ def inprocess_backend():
 
 
 TINY_GOOD = {"tp_size": 1, "cuda_graph": False, "max_running_requests": 4}
+TINY_SPECS = {"plain": {}, "dflash": {"speculative_algorithm": "dflash"},
+              "ddtree": {"speculative_algorithm": "ddtree", "speculative_ddtree_budget": 16,
+                         "speculative_ddtree_topk": 4}}
 
 
 class TestInProcessBackendContract(BackendContract):
@@ -81,24 +92,16 @@ class TestInProcessBackendContract(BackendContract):
 
     @pytest.fixture(params=["plain", "dflash", "ddtree"])
     def good_params(self, request):
-        spec = {"plain": {}, "dflash": {"speculative_algorithm": "dflash"},
-                "ddtree": {"speculative_algorithm": "ddtree", "speculative_ddtree_budget": 16,
-                           "speculative_ddtree_topk": 4}}[request.param]
-        return {**TINY_GOOD, **spec}
+        return LP(**TINY_GOOD, **TINY_SPECS[request.param])
 
     @pytest.fixture
     def bad_params(self):
-        return {
-            "unknown name": {**TINY_GOOD, "enable_magic": True},
-            "ep does not divide tp": {**TINY_GOOD, "ep_size": 3},
-            "block above the drafter's": {**TINY_GOOD, "speculative_algorithm": "dflash",
-                                          "speculative_dflash_block_size": 16},
-            "mem fraction out of range": {**TINY_GOOD, "mem_fraction_static": 1.2},
-        }
+        return {"block above the drafter's": LP(**TINY_GOOD, speculative_algorithm="dflash",
+                                                 speculative_dflash_block_size=16)}
 
     @pytest.fixture
     def oom_params(self):
-        return {**TINY_GOOD, "max_running_requests": 10**9}  # a KV cache of petabytes
+        return LP(**{**TINY_GOOD, "max_running_requests": 10**9})  # a KV cache of petabytes
 
 
 def test_in_process_greedy_probe_of_speculative_configs_equals_the_baseline(inprocess_backend):
@@ -110,12 +113,12 @@ def test_in_process_greedy_probe_of_speculative_configs_equals_the_baseline(inpr
     workload = Workload(input_len=32, output_len=12, concurrency=(1,))
     prompts = [[100 + 7 * i + j for j in range(24)] for i in range(6)]
     gates = Gates(GatesConfig(probe_prompts=6, probe_tokens=10, soak_s=0.0), prompts, 12)
-    with inprocess_backend.session(TINY_GOOD, workload) as baseline:
+    with inprocess_backend.session(LP(**TINY_GOOD), workload) as baseline:
         gates.record_reference(baseline)
     assert len(gates.reference) == 6 and all(len(t.split()) == 10 for t in gates.reference)
     for spec in ({"speculative_algorithm": "dflash"},
                  {"speculative_algorithm": "ddtree", "speculative_ddtree_budget": 16}):
-        params = {**TINY_GOOD, **spec}
+        params = LP(**TINY_GOOD, **spec)
         with inprocess_backend.session(params, workload) as session:
             best = session.measure(1)
             assert gates(session, params, best) is None

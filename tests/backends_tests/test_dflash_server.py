@@ -22,7 +22,8 @@ PROMPTS = [p[:24] for p in held_out_prompts(PAIR)[:6]]
 
 @pytest.fixture(scope="module")
 def server():
-    options = ServeOptions(PAIR / "target", PAIR / "drafter", "ddtree", budget=16,
+    options = ServeOptions(PAIR / "target", PAIR / "drafter", "ddtree",
+                           speculative_ddtree_budget=16,
                            max_running_requests=3, max_context=256)
     loop, info = build(options)
     loop.start()
@@ -95,8 +96,8 @@ def test_chat_health_models_and_bad_requests(server):
     assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] <= 5
     assert client.get("/health").json() == {"status": "ok"}
     card = client.get("/v1/models").json()["data"][0]
-    assert card["id"] == "target" and card["launch"]["method"] == "ddtree"
-    assert card["launch"]["budget"] == 16
+    assert card["id"] == "target" and card["launch"]["speculative_algorithm"] == "ddtree"
+    assert card["launch"]["speculative_ddtree_budget"] == 16
     assert client.post("/v1/completions", json={"prompt": []}).status_code == 400
     assert client.post("/v1/completions", json={"prompt": [1] * 300}).status_code == 400
     assert client.post("/v1/chat/completions", json={"messages": "x"}).status_code == 400

@@ -35,15 +35,33 @@ def test_multi_device_layouts_are_unsupported(params):
         render_command("dflash", params, TARGET)
 
 
-def test_the_rendered_command_parses_with_the_real_serve_command():
+def _serve_command(which: str):
+    """The click command behind `python -m backends.dflash_server` or `dflash-tune serve`."""
     import typer
 
+    from backends.dflash_server.cli import serve
     from tuner.cli import app
 
-    params = LaunchParams(tp_size=1, speculative_algorithm="ddtree", max_running_requests=8)
+    if which == "dflash-tune serve":
+        return typer.main.get_command(app).commands["serve"]
+    alone = typer.Typer()
+    alone.command()(serve)
+    return typer.main.get_command(alone)
+
+
+@pytest.mark.parametrize("which", ["python -m backends.dflash_server", "dflash-tune serve"])
+def test_every_knob_parses_back_under_its_tuning_name(which):
+    """The walk of a knob from LaunchParams through the flag table to serve's options: the
+    rendered command parses with the real serve command back to the same values, each under
+    the LaunchParams field name."""
+    params = LaunchParams(tp_size=1, speculative_algorithm="ddtree", speculative_ddtree_budget=20,
+                          speculative_ddtree_topk=3, speculative_ddtree_max_depth=5,
+                          max_running_requests=8)
     argv = render_command("dflash", params, TARGET)
-    command = typer.main.get_command(app)
-    serve = command.commands["serve"]
-    context = serve.make_context("serve", argv[2:])
-    assert context.params["budget"] == 16 and context.params["cuda_graph_bs"] == "1,2,4,8"
-    assert str(context.params["drafter"]) == "pair/drafter"
+    parsed = _serve_command(which).make_context("serve", argv[2:]).params
+    for knob in ("speculative_dflash_block_size", "speculative_ddtree_budget",
+                 "speculative_ddtree_topk", "speculative_ddtree_max_depth",
+                 "max_running_requests"):
+        assert parsed[knob] == getattr(params, knob), knob
+    assert parsed["speculative_algorithm"].value == "ddtree"
+    assert parsed["cuda_graph_bs"] == "1,2,4,8" and str(parsed["drafter"]) == "pair/drafter"

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backends.base import FailureClass
+from backends.contract import FailureClass
 from backends.latency import LevelResult
 from backends.latency import RequestResult
 from backends.loadgen import LoadSpec

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import FailureClass
-from backends.base import Workload
+from backends.contract import FailureClass, Workload
 from backends.launch_params import LaunchParams
 from backends.perf_model import PerfModelBackend
 from backends.perf_model.catalog import load_hardware
@@ -26,7 +25,7 @@ def backend(pcie8_reference):
 
 
 def _plan(backend, workload=WORKLOAD, **params):
-    return backend.setup(params, workload).plan
+    return backend.setup(LaunchParams(**params), workload).plan
 
 
 def test_kv_pool_caps_running_requests_by_hand(backend):
@@ -54,7 +53,7 @@ def test_max_running_requests_is_the_cap_when_the_pool_is_larger(backend):
 
 
 def test_throughput_stops_growing_once_the_kv_pool_is_full(backend):
-    rows = backend.measure(SPACIOUS, WORKLOAD)
+    rows = backend.measure(LaunchParams(**SPACIOUS), WORKLOAD)
     by_level = {m.concurrency: m for m in rows}
     assert by_level[256].output_tok_s == pytest.approx(by_level[149].output_tok_s)
     assert by_level[149].output_tok_s > by_level[64].output_tok_s
@@ -62,7 +61,7 @@ def test_throughput_stops_growing_once_the_kv_pool_is_full(backend):
 
 
 def test_peak_memory_of_a_fitting_config_is_within_the_card(backend):
-    for m in backend.measure(SPACIOUS, WORKLOAD):
+    for m in backend.measure(LaunchParams(**SPACIOUS), WORKLOAD):
         # weights 69.14 + KV 14.99 + workspace 6.625 = 90.75 GiB
         assert m.peak_mem_gib == pytest.approx(90.75, abs=0.01)
         assert m.peak_mem_gib <= CARD_GIB
@@ -80,13 +79,13 @@ def _assert_oom(rows, *reason_words):
 
 def test_tp4_dp2_does_not_hold_the_weights(backend):
     # 594 GB / 4 GPUs = 138.3 GiB a GPU > 84.1 GiB static pool
-    _assert_oom(backend.measure({"tp_size": 4, "dp_size": 2}, WORKLOAD), "138.3 GiB", "84.1 GiB")
+    _assert_oom(backend.measure(LaunchParams(tp_size=4, dp_size=2), WORKLOAD), "138.3 GiB", "84.1 GiB")
 
 
 def test_attention_dp_on_96_gb_does_not_fit(backend):
     # BF16 non-expert weights replicated: 23,112,056,832 B = 21.52 GiB; routed experts
     # 570,760,888,320 B / 8 = 66.45 GiB -> 87.97 GiB a GPU > 84.1 GiB (REFERENCE_NUMBERS)
-    _assert_oom(backend.measure({"enable_dp_attention": True}, WORKLOAD), "88.0 GiB")
+    _assert_oom(backend.measure(LaunchParams(enable_dp_attention=True), WORKLOAD), "88.0 GiB")
 
 
 def test_attention_dp_fits_on_h200_and_its_kv_capacity_adds_up(kimi):
@@ -102,13 +101,13 @@ def test_attention_dp_fits_on_h200_and_its_kv_capacity_adds_up(kimi):
 def test_mem_fraction_too_high_leaves_no_room_for_activations(backend):
     # workspace 2 GiB reserve + 0.5 graphs + 8192 tokens x (163,840 x 4 / 8 + 32 x 7168 x 2) B
     # = 2.5 + 4.125 = 6.625 GiB > 95.6 x 0.05 = 4.78 GiB outside the static pool
-    rows = backend.measure({"mem_fraction_static": 0.95}, WORKLOAD)
+    rows = backend.measure(LaunchParams(mem_fraction_static=0.95), WORKLOAD)
     _assert_oom(rows, "6.6 GiB", "4.8 GiB")
 
 
 def test_context_longer_than_the_kv_pool_is_oom(backend):
     # 229,076 tokens fit; one request of 250,000 + 1,000 + 1 does not
-    rows = backend.measure({}, Workload(250_000, 1000, (1,)))
+    rows = backend.measure(LaunchParams(), Workload(250_000, 1000, (1,)))
     _assert_oom(rows, "251001")
 
 

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import Workload
+from backends.contract import Workload
 from backends.launch_params import LaunchParams
 from backends.perf_model import PerfModelBackend
-from backends.perf_model.catalog import load_hardware
-from backends.perf_model.catalog import load_model
+from backends.perf_model.catalog import load_hardware, load_model
 from backends.perf_model.constants import Efficiency
 from backends.perf_model.predict import step_breakdown
-from backends.perf_model.step import Node
-from backends.perf_model.step import busiest_rank_experts
-from backends.perf_model.step import draft_forward
-from backends.perf_model.step import expected_distinct_experts
-from backends.perf_model.step import graphed
-from backends.perf_model.step import target_forward
+from backends.perf_model.step import (
+    Node,
+    busiest_rank_experts,
+    draft_forward,
+    expected_distinct_experts,
+    graphed,
+    target_forward,
+)
 
 TP8 = LaunchParams(tp_size=8)
 TP8_EAGER = LaunchParams(tp_size=8, cuda_graph=False)
@@ -83,7 +84,8 @@ def model_backend(pcie8_reference):
 
 
 def _setup(backend, **params):
-    return backend.setup({"max_running_requests": 256, "cuda_graph_max_bs": 256, **params},
+    return backend.setup(LaunchParams(**{"max_running_requests": 256, "cuda_graph_max_bs": 256,
+                                         **params}),
                          Workload(1024, 512, (1,)))
 
 

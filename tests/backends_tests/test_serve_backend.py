@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from backends import Deployment, FailureClass, Workload, get_backend
+from backends import Deployment, FailureClass, LaunchParams, Workload, get_backend
 from backends.flags import LaunchTarget
 from dflash_core.training.pair import ensure_pair
 
@@ -22,8 +22,8 @@ TARGET = LaunchTarget(str(PAIR / "target"), str(PAIR / "drafter"), context_lengt
 DEPLOYMENT = Deployment(gpu="cpu", gpus=1, model=str(PAIR / "target" / "config.json"),
                         target=TARGET, engine="dflash")
 WORKLOAD = Workload(input_len=32, output_len=16, concurrency=(1, 4))
-DFLASH = {"tp_size": 1, "cuda_graph": False, "max_running_requests": 4,
-          "speculative_algorithm": "dflash"}
+DFLASH = LaunchParams(tp_size=1, cuda_graph=False, max_running_requests=4,
+                      speculative_algorithm="dflash")
 
 
 def _children() -> list[psutil.Process]:
@@ -55,7 +55,7 @@ def test_a_bad_flag_is_invalid_config():
 
 
 def test_a_cache_that_cannot_be_allocated_is_oom():
-    rows = _backend().measure({**DFLASH, "max_running_requests": 10**9}, WORKLOAD)
+    rows = _backend().measure(replace(DFLASH, max_running_requests=10**9), WORKLOAD)
     assert {m.failure for m in rows} == {FailureClass.OOM}
 
 
@@ -77,7 +77,7 @@ def _kill_server_once_serving() -> None:
     while time.monotonic() < deadline:
         for proc in _children():
             cmd = proc.cmdline()
-            if "serve" in cmd and "--port" in cmd:
+            if "backends.dflash_server" in cmd and "--port" in cmd:
                 port = cmd[cmd.index("--port") + 1]
                 if _healthy(port):
                     time.sleep(0.5)  # well inside the first level's requests
@@ -106,5 +106,5 @@ def test_a_port_someone_else_holds_is_port_in_use(monkeypatch):
 
 
 def test_configurations_the_server_cannot_express_never_launch():
-    rows = _backend().measure({**DFLASH, "tp_size": 2, "dp_size": 1}, WORKLOAD)
+    rows = _backend().measure(replace(DFLASH, tp_size=2), WORKLOAD)
     assert {m.failure for m in rows} == {FailureClass.UNSUPPORTED}

@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from backends.base import FailureClass
+from backends.contract import FailureClass
 from backends.server import ServerError
 from backends.server import ServerSpec
 from backends.server import classify

@@ -4,18 +4,19 @@ clock; one launch measured level by level."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
-from backends.session import LaunchFailed
+from backends.contract import LaunchFailed
+from backends.launch_params import LaunchParams
 from tuner.config import load_config
 from tuner.launches.sla_search import search_limit
 from tuner.sla import Limit
-from tuner.wiring import backend_from
-from tuner.wiring import workload_from
+from tuner.wiring import backend_from, workload_from
 
-DFLASH = {"tp_size": 8, "dp_size": 1, "ep_size": 8, "speculative_algorithm": "dflash",
-          "speculative_dflash_block_size": 6}
+DFLASH = LaunchParams(tp_size=8, dp_size=1, ep_size=8, speculative_algorithm="dflash",
+                      speculative_dflash_block_size=6)
 
 
 def _backend(noise: float = 0.15, **sim):
@@ -46,7 +47,7 @@ def test_a_launch_costs_its_launch_time_and_levels_their_duration():
 def test_what_cannot_launch_raises_launch_failed():
     backend, workload = _backend()
     with pytest.raises(LaunchFailed) as failed:
-        with backend.session({**DFLASH, "tp_size": 2, "dp_size": 1, "ep_size": 1}, workload):
+        with backend.session(replace(DFLASH, tp_size=2, ep_size=1), workload):
             pass
     assert failed.value.failure.value in ("invalid_config", "oom")
 
@@ -81,27 +82,3 @@ def test_launch_share_splits_the_noise_between_launch_and_window():
         assert a == pytest.approx(b)  # one factor for the whole launch, whatever the window
         factors.append(a / exact)
     assert statistics.pstdev(factors) == pytest.approx(0.15, rel=0.3)
-
-
-def test_a_backend_without_sessions_is_measured_level_by_level_through_measure():
-    """The Backend fallback: a backend that only implements `measure` still gives sessions."""
-    from backends import Backend
-
-    class MeasureOnly(Backend):
-        name = "measure-only"
-
-        def __init__(self, inner) -> None:
-            self.inner = inner
-
-        def flags(self, params):
-            return self.inner.flags(params)
-
-        def measure(self, params, workload):
-            return self.inner.measure(params, workload)
-
-    backend, workload = _backend(noise=0.0)
-    wrapped = MeasureOnly(backend.truth)
-    with wrapped.session(DFLASH, workload) as session:
-        rows = [session.measure(c) for c in (64, 1)]
-    exact = {m.concurrency: m for m in backend.truth.measure(DFLASH, workload)}
-    assert [m.output_tok_s for m in rows] == [exact[64].output_tok_s, exact[1].output_tok_s]

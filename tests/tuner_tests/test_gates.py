@@ -4,12 +4,13 @@ count pass; a backend that cannot generate skips the probe and says so."""
 from __future__ import annotations
 
 from backends import FailureClass
+from backends import LaunchParams
 from backends import Measurement
 from backends.session import Session
 from tuner.config import GatesConfig
 from tuner.launches.gates import Gates
 
-DFLASH = {"speculative_algorithm": "dflash", "speculative_dflash_block_size": 8}
+DFLASH = LaunchParams(speculative_algorithm="dflash", speculative_dflash_block_size=8)
 BEST = Measurement(concurrency=8, output_tok_s=800.0, accept_len_mean=3.2)
 
 
@@ -62,7 +63,7 @@ def test_a_crash_under_sustained_load_disqualifies():
 
 
 def test_plain_decoding_needs_no_probe_and_a_backend_without_tokens_skips_it():
-    assert _gates()(Replies(None), {"speculative_algorithm": "none"}, BEST) is None
+    assert _gates()(Replies(None), LaunchParams(), BEST) is None
     gates = Gates(GatesConfig(probe_prompts=4, soak_s=0.0), [[1]] * 4, output_len=100)
     gates.record_reference(Replies(None))
     assert gates(Replies(None), DFLASH, BEST) is None

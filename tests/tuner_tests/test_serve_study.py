@@ -106,7 +106,7 @@ def _wait_for_serving_child(pid: int, timeout_s: float = 120) -> psutil.Process:
                 cmd = proc.cmdline()
             except psutil.NoSuchProcess:
                 continue
-            if "serve" in cmd and "--port" in cmd and _healthy(cmd[cmd.index("--port") + 1]):
+            if "backends.dflash_server" in cmd and "--port" in cmd and _healthy(cmd[cmd.index("--port") + 1]):
                 return proc
         time.sleep(0.05)
     raise AssertionError("no serving child appeared")

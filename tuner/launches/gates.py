@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends import Measurement
+from backends.contract import ProbeUnsupported
 from backends.launch_params import LaunchParams
-from backends.session import ProbeUnsupported
 from backends.session import Session
 from tuner.config import GatesConfig
 
@@ -34,21 +34,21 @@ class Gates:
         if self.cfg.probe_prompts:
             self.reference = self._probe(session)
 
-    def __call__(self, session: Session, params: dict, best: Measurement) -> str | None:
-        return (self.acceptance(params, best) or self.lossless(session, params)
+    def __call__(self, session: Session, launch: LaunchParams, best: Measurement) -> str | None:
+        return (self.acceptance(launch, best) or self.lossless(session, launch)
                 or self.soak(session, best))
 
-    def acceptance(self, params: dict, best: Measurement) -> str | None:
+    def acceptance(self, launch: LaunchParams, best: Measurement) -> str | None:
         tau = best.accept_len_mean
-        if not LaunchParams.from_params(params).speculative or tau is None:
+        if not launch.speculative or tau is None:
             return None
         if tau < self.cfg.min_accept_len:
             return (f"gate acceptance: {tau:.2f} tokens per round (< "
                     f"{self.cfg.min_accept_len:g}); the drafter contributes nothing")
         return None
 
-    def lossless(self, session: Session, params: dict) -> str | None:
-        if not self.cfg.probe_prompts or not LaunchParams.from_params(params).speculative:
+    def lossless(self, session: Session, launch: LaunchParams) -> str | None:
+        if not self.cfg.probe_prompts or not launch.speculative:
             return None
         if self.reference is None:
             self.skipped = self.skipped or "the baseline's launch recorded no probe outputs"

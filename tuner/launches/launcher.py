@@ -6,35 +6,27 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
-from dataclasses import field
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import optuna
 
-from backends import Backend
-from backends import FailureClass
-from backends import Measurement
-from backends import Workload
-from backends.flags import render_shell
-from backends.launch_params import InvalidParams
-from backends.session import Clock
-from backends.session import LaunchFailed
-from backends.session import Session
+from backends import Backend, FailureClass, LaunchParams, Measurement, Workload
+from backends.contract import LaunchFailed
+from backends.session import Clock, Session
 from search_spaces import SearchSpace
 from tuner import records
 from tuner.launches.sla_search import search_limit
+from tuner.recorder import Recorder, parse
 from tuner.selection import config_key
-from tuner.sla import Limit
-from tuner.sla import meets
+from tuner.sla import Limit, meets
 from tuner.study import MEASURED_KEY
 
 _FIELDS = {f.name for f in fields(Measurement)} - {"failure", "concurrency"}
 # Trial status of a configuration that ran but failed an integrity gate: never chosen.
 DISQUALIFIED = "disqualified"
 
-Gate = Callable[[Session, dict, Measurement], "str | None"]  # why it failed, or None
+Gate = Callable[[Session, LaunchParams, Measurement], "str | None"]  # why it failed, or None
 
 
 @dataclass(slots=True)
@@ -49,6 +41,7 @@ class Launch:
     failure: FailureClass | None = None
     verdict: str | None = None  # why a gate disqualified it
     excerpt: str = ""
+    launch: LaunchParams | None = None  # None: the parameters did not parse
 
     @property
     def key(self) -> str:
@@ -86,6 +79,10 @@ class Launcher:
     max_concurrency: int
     long_factor: float = 4.0
     launches: list[Launch] = field(default_factory=list)
+    recorder: Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.recorder = Recorder(self.backend, self.engine, self.study_name)
 
     def launch(self, params: dict[str, Any], guess: int | None = None,
                bar: float | None = None, gates: Gate | None = None,
@@ -110,16 +107,19 @@ class Launcher:
         return result
 
     def _run(self, params, guess, bar, gates, reference) -> Launch:
+        launch, invalid = parse(params)
         try:
-            with self.backend.session(params, self.workload) as session:
+            if launch is None:
+                raise LaunchFailed(FailureClass.INVALID_CONFIG, invalid)
+            with self.backend.session(launch, self.workload) as session:
                 if reference is not None:
                     reference(session)
-                return self._measure(session, params, guess, bar, gates)
+                return self._measure(session, params, launch, guess, bar, gates)
         except LaunchFailed as error:
             return Launch(params, [], None, None, failure=error.failure,
-                          excerpt=error.log_excerpt)
+                          excerpt=error.log_excerpt, launch=launch)
 
-    def _measure(self, session: Session, params, guess, bar, gates) -> Launch:
+    def _measure(self, session: Session, params, launch, guess, bar, gates) -> Launch:
         found = search_limit(session.measure, self.limits, self.max_concurrency, guess)
         points = found.points
         if found.best is not None and (bar is None or found.best.output_tok_s >= bar):
@@ -130,22 +130,19 @@ class Launcher:
                    key=lambda m: m.output_tok_s)
         failed = next((m for m in points if not m.ok), None)
         gated = gates is not None and best is not None and not failed
-        verdict = gates(session, params, best) if gated else None
+        verdict = gates(session, launch, best) if gated else None
         one = next((m for m in points if m.concurrency == 1 and m.ok), None)
         return Launch(params, rows, best, one and one.tok_s_per_user, session.clock,
                       failed.failure if failed else None, verdict,
                       failed.log_excerpt if failed else verdict or (records.GATES_PASSED
-                                                                    if gated else ""))
+                                                                    if gated else ""), launch)
 
     def _record(self, trial: optuna.Trial, result: Launch) -> None:
         status = (result.failure.value if result.failure
                   else DISQUALIFIED if result.verdict else "ok")
-        command, env = self._command(result.params)
-        record = records.TrialRecord(
-            trial_number=trial.number, backend=self.backend.name, params=result.params,
-            status=status, measured=True, command=command, env=env,
-            log_excerpt=result.excerpt, measurements={})
-        records.save_trial(self.engine, self.study_name, record, result.points)
+        self.recorder.save(
+            trial.number, result.params, result.launch, status, True, result.excerpt,
+            result.points)
         trial.set_user_attr(MEASURED_KEY, True)
         trial.set_user_attr("launch_s", result.clock.launch_s)
         trial.set_user_attr("measure_s", result.clock.measure_s)
@@ -154,12 +151,6 @@ class Launcher:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             self.study.tell(trial, [result.value, result.per_user or 0.0])
-
-    def _command(self, params: dict[str, Any]) -> tuple[str, dict[str, str]]:
-        try:
-            return render_shell(self.backend.flags(params)), self.backend.env(params)
-        except InvalidParams:
-            return "", {}
 
 
 def _last_per_level(points: list[Measurement]) -> list[Measurement]:

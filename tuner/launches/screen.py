@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from backends.base import Measurement
-from backends.base import Workload
+from backends.contract import LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
-from backends.perf_model import Efficiency
-from backends.perf_model import PerfModelBackend
-from backends.perf_model.calibrate import Observation
-from backends.perf_model.calibrate import fit
+from backends.launch_params import LaunchParams
+from backends.perf_model import Efficiency, PerfModelBackend
+from backends.perf_model.calibrate import Observation, fit
 from backends.perf_model.references import model_predictor
-from backends.session import LaunchFailed
 from search_spaces import SearchSpace
+from tuner.recorder import parse
 from tuner.selection import config_key
-from tuner.sla import Limit
-from tuner.sla import meets
+from tuner.sla import Limit, meets
 
 # Configurations whose neighbourhoods are walked after random sampling.
 WALK_STARTS = 4
@@ -59,9 +55,11 @@ class Screen:
     def calibrate(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
         """Refit the drafter's acceptance to the measured tokens per round, then the model's
         efficiency constants to the measured throughput (successful (params, level) pairs)."""
+        measured = [(launch, m) for params, m in measured
+                    if (launch := parse(params)[0]) is not None]
         self._fit_acceptance(measured)
-        observations = [Observation(f"m{i}", params, m.concurrency, m.output_tok_s)
-                        for i, (params, m) in enumerate(measured) if m.ok and m.output_tok_s > 0]
+        observations = [Observation(f"m{i}", launch, m.concurrency, m.output_tok_s)
+                        for i, (launch, m) in enumerate(measured) if m.ok and m.output_tok_s > 0]
         if not observations:
             return
         by_level = model_predictor(self.deployment)
@@ -73,12 +71,11 @@ class Screen:
         self.model = PerfModelBackend(self.deployment, self.efficiency)
         self._memo.clear()
 
-    def _fit_acceptance(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
+    def _fit_acceptance(self, measured: Sequence[tuple[LaunchParams, Measurement]]) -> None:
         """Scale the per-position acceptance so predicted tokens per round match the measured
         ones (acceptance depends on the drafter and the prompts, not on the node)."""
-        taus = [(params, m.accept_len_mean) for params, m in measured
-                if m.ok and m.accept_len_mean and params.get("speculative_algorithm", "none")
-                != "none"]
+        taus = [(launch, m.accept_len_mean) for launch, m in measured
+                if m.ok and m.accept_len_mean and launch.speculative]
         drafter = self.deployment.drafter
         if not taus or drafter is None:
             return
@@ -89,7 +86,8 @@ class Screen:
                 drafter, acceptance=tuple(min(0.99, a * scale) for a in base)))
             model = PerfModelBackend(dep, self.efficiency)
             one = replace(self.workload, concurrency=(1,))
-            return sum((model.measure(p, one)[0].accept_len_mean - tau) ** 2 for p, tau in taus)
+            return sum((model.measure(launch, one)[0].accept_len_mean - tau) ** 2
+                       for launch, tau in taus)
 
         scale = min((s / 100 for s in range(50, 141, 2)), key=error)
         self.deployment = replace(self.deployment, drafter=replace(
@@ -136,8 +134,11 @@ class Screen:
         return path
 
     def _predict(self, params: dict) -> Prediction | None:
+        launch, _ = parse(params)  # the screen samples configurations of its own
+        if launch is None:
+            return None
         try:
-            with self.model.session(params, self.workload) as session:
+            with self.model.session(launch, self.workload) as session:
                 return _limit(session.measure, self.limits, self.max_concurrency, params)
         except LaunchFailed:
             return None

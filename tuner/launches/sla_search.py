@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 
-from backends.base import Measurement
+from backends.contract import Measurement
 from tuner.sla import Limit
 from tuner.sla import meets
 

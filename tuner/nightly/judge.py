@@ -11,7 +11,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from backends.launch_params import InvalidParams
-from backends.launch_params import LaunchParams
 from tuner.config import Config
 from tuner.nightly.compare import Reference
 from tuner.nightly.compare import Verdict
@@ -75,7 +74,7 @@ class Findings:
         inc, v = self.results[0], self.verdict
         # An incumbent without speculation is its own baseline.
         base = next((r for r in self.results if r.probe.role == BASELINE_ROLE and r.values),
-                    None if LaunchParams.from_params(inc.probe.params).speculative else inc)
+                    None if inc.probe.launch.speculative else inc)
         return {"median": median(inc.values), "mad": mad(inc.values), "n_repeats": len(inc.values),
                 "baseline_median": median(base.values) if base else None,
                 "reference_median": v.reference.median if v else None,

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from backends import Backend
-from backends import FailureClass
-from backends import Measurement
-from backends import Workload
+from backends import Backend, FailureClass, LaunchParams, Measurement, Workload
 from tuner.interrupt import InterruptGate
-from tuner.nightly.plan import BASELINE_ROLE
-from tuner.nightly.plan import Probe
+from tuner.nightly.plan import BASELINE_ROLE, Probe
 from tuner.sla import Limit
 from tuner.stats import median
 
@@ -57,7 +50,7 @@ def measure_probe(backend: Backend, probe: Probe, workload: Workload, target: in
     result = ProbeResult(probe)
     for repeat in range(probe.repeats):
         with gate.measuring():  # Ctrl-C stops a launch, never a DB write
-            rows = _measure_once(backend, probe.params, workload)
+            rows = _measure_once(backend, probe.launch, workload)
         failure = _failure(rows, target)
         save(probe, repeat, rows, failure and failure[0])
         _add(result, rows, target, failure and _describe(*failure))
@@ -70,10 +63,10 @@ def nightly_workload(workload: Workload, target: int) -> Workload:
     return Workload(workload.input_len, workload.output_len, levels, workload.temperature)
 
 
-def _measure_once(backend: Backend, params: dict[str, Any],
+def _measure_once(backend: Backend, launch: LaunchParams,
                   workload: Workload) -> list[Measurement]:
     try:
-        return backend.measure(params, workload)
+        return backend.measure(launch, workload)
     # The contract says a backend never raises; if one does, one bad repeat must not end the night.
     except Exception as err:  # noqa: BLE001
         return [Measurement.failed(c, FailureClass.CRASH, f"{type(err).__name__}: {err}")

@@ -6,13 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict
-from dataclasses import dataclass
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from backends.launch_params import InvalidParams
-from backends.launch_params import LaunchParams
+from backends.launch_params import InvalidParams, LaunchParams
 from tuner.study import BASELINE
 
 INCUMBENT, BASELINE_ROLE, NEIGHBOUR = "incumbent", "baseline", "neighbour"
@@ -26,9 +23,14 @@ _GRAPHS = ("cuda_graph_max_bs", "cuda_graph_bs_ladder")
 @dataclass(slots=True, frozen=True)
 class Probe:
     role: str
-    params: dict[str, Any]
+    params: dict[str, Any]  # as the study recorded them (its records and keys use these)
+    launch: LaunchParams  # the same, parsed: what the backend is given
     repeats: int
     change: str = ""  # how a neighbour differs from the incumbent, e.g. "block size 3 -> 4"
+
+    @classmethod
+    def of(cls, role: str, params: dict[str, Any], repeats: int, change: str = "") -> Probe:
+        return cls(role, params, LaunchParams.from_params(params), repeats, change)
 
     @property
     def key(self) -> str:
@@ -36,7 +38,7 @@ class Probe:
 
     @property
     def label(self) -> str:
-        return LaunchParams.from_params(self.params).label()
+        return self.launch.label()
 
 
 def canonical(params: dict[str, Any]) -> dict[str, Any]:
@@ -91,11 +93,11 @@ def neighbours(params: dict[str, Any], max_block: int,
     found = []
     for change, values in _moves(lp, max_block):
         candidate = _moved(params, lp, values)
-        if candidate is None or not _fits(candidate, max_block) or not usable(candidate):
+        if candidate is None or not _fits(candidate[1], max_block) or not usable(candidate[0]):
             continue
-        if (key := config_key(candidate)) not in seen:
+        if (key := config_key(candidate[0])) not in seen:
             seen.add(key)
-            found.append(Probe(NEIGHBOUR, candidate, 0, change))
+            found.append(Probe(NEIGHBOUR, *candidate, 0, change))
     return found
 
 
@@ -104,9 +106,9 @@ def plan(incumbent: dict[str, Any], max_block: int, repeats: int, explore: int, 
     """Incumbent first (it decides the exit code), then the baseline, then ``explore``
     neighbours. ``rotation`` (runs so far) shifts which neighbours are taken, so that a week of
     nightly runs covers them all instead of re-measuring the same two."""
-    probes = [Probe(INCUMBENT, incumbent, repeats)]
-    if LaunchParams.from_params(incumbent).speculative:  # else the incumbent is the baseline
-        probes.append(Probe(BASELINE_ROLE, baseline_of(incumbent), repeats))
+    probes = [Probe.of(INCUMBENT, incumbent, repeats)]
+    if probes[0].launch.speculative:  # else the incumbent is the baseline
+        probes.append(Probe.of(BASELINE_ROLE, baseline_of(incumbent), repeats))
     near = neighbours(incumbent, max_block, usable)
     fewer = max(1, (repeats + 1) // 2)  # cheaper; 3 of 5 still joins the noise pool
     for i in range(min(explore, len(near))):
@@ -114,7 +116,9 @@ def plan(incumbent: dict[str, Any], max_block: int, repeats: int, explore: int, 
     return probes
 
 
-def _moved(params: dict[str, Any], lp: LaunchParams, values: dict[str, Any]) -> dict | None:
+def _moved(params: dict[str, Any], lp: LaunchParams, values: dict[str, Any]
+           ) -> tuple[dict[str, Any], LaunchParams] | None:
+    """The moved configuration, as a dict and parsed; None when the move makes it invalid."""
     moved = {**params, **values}
     follows = lp.cuda_graph and lp.cuda_graph_max_bs == lp.max_running_requests
     if "max_running_requests" in values and follows:
@@ -123,14 +127,12 @@ def _moved(params: dict[str, Any], lp: LaunchParams, values: dict[str, Any]) -> 
     if values.get("speculative_algorithm") == "dflash":
         moved = {k: v for k, v in moved.items() if k not in _TREE}  # a chain has no tree knobs
     try:
-        LaunchParams.from_params(moved)
+        return moved, LaunchParams.from_params(moved)
     except InvalidParams:
         return None
-    return moved
 
 
-def _fits(params: dict[str, Any], max_block: int) -> bool:
-    lp = LaunchParams.from_params(params)
+def _fits(lp: LaunchParams, max_block: int) -> bool:
     if lp.is_ddtree and lp.speculative_ddtree_topk < 1:
         return False
     return not lp.speculative or lp.speculative_dflash_block_size <= max_block

@@ -1,0 +1,74 @@
+"""The server's command line: `python -m backends.dflash_server ...`, which `dflash-tune serve`
+registers as is. Option spellings come from the dflash flag table, so what the tuner renders is
+exactly what this parses; the Python names are the tuning names."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from backends.flags.dflash import FLAGS
+from dflash_core.spec import METHODS
+
+Method = Enum("Method", {m: m for m in METHODS}, type=str)
+
+
+def _option(knob: str, help: str):
+    return typer.Option(FLAGS[knob], help=help)
+
+
+def serve(
+        target: Annotated[Path, _option("target", "Target checkpoint folder (with tokenizer.json).")],
+        drafter: Annotated[Path | None, _option("drafter", "DFlash drafter folder.")] = None,
+        speculative_algorithm: Annotated[Method | None, _option(
+            "speculative_algorithm", "Speculation (default: dflash with a drafter, else none).")]
+        = None,
+        speculative_dflash_block_size: Annotated[int | None, _option(
+            "speculative_dflash_block_size", "Default: the drafter's trained block.")] = None,
+        speculative_ddtree_budget: Annotated[int, _option(
+            "speculative_ddtree_budget", "DDTree node budget (root excluded).")] = 32,
+        speculative_ddtree_topk: Annotated[int, _option(
+            "speculative_ddtree_topk", "DDTree candidates per depth (0 = no cap).")] = 0,
+        speculative_ddtree_max_depth: Annotated[int, _option(
+            "speculative_ddtree_max_depth", "DDTree max depth (0 = block - 1).")] = 0,
+        spine: Annotated[bool, typer.Option(help="DDTree: greedy chain first.")] = False,
+        max_running_requests: Annotated[int, _option(
+            "max_running_requests", "Rows of the engine's batch (continuous batching).")] = 8,
+        max_context: Annotated[int, _option(
+            "max_context", "Prompt + output tokens per request.")] = 2048,
+        cuda_graph_bs: Annotated[str, _option(
+            "cuda_graph_bs", "CUDA graph batch sizes, e.g. '1,2,4,8': rounds run padded to "
+            "these sizes and, on a CUDA device, replay captured graphs. Empty: eager.")] = "",
+        host: Annotated[str, _option("host", "Address to bind.")] = "127.0.0.1",
+        port: Annotated[int, _option("port", "Port to bind.")] = 8000,
+        device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+        dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+        served_model_name: str | None = None, seed: int = 0) -> None:
+    """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
+    _require_engine()
+    from backends.dflash_server.launch import ServeOptions
+    from backends.dflash_server.launch import serve as run_server
+
+    chosen = speculative_algorithm.value if speculative_algorithm else (
+        "dflash" if drafter else "none")
+    graphs = [int(b) for b in cuda_graph_bs.replace(",", " ").split()]
+    run_server(ServeOptions(
+        target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
+        speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
+        max_context, graphs, host, port, device, dtype, served_model_name, seed))
+
+
+def _require_engine() -> None:
+    try:
+        import starlette  # noqa: F401
+        import torch  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise SystemExit("the server needs the engine extra: pip install -e '.[engine]'") from None
+
+
+def main() -> None:
+    typer.run(serve)

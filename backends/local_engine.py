@@ -1,0 +1,114 @@
+"""The dflash_core engine run here, on real checkpoints: what `dflash-tune generate` and
+`fixtures build` do, behind the tuner's command line (which reaches the engine only through
+backends).
+
+`run_generate` loads a target (and a drafter), runs the prompts with the chosen speculation
+method and, with `compare`, also runs plain decoding on the same prompts, so the speedup and the
+token match are measured in one run. Problems the user can fix raise ValueError with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.launch_params import to_spec
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """What to run; the speculation knobs carry the tuning names, as serve's options do."""
+
+    target: Path
+    drafter: Path | None
+    prompts: list[str]
+    prompt_ids: list[str]
+    speculative_algorithm: str
+    speculative_dflash_block_size: int | None
+    speculative_ddtree_budget: int
+    speculative_ddtree_topk: int
+    speculative_ddtree_max_depth: int
+    spine: bool
+    sampling: dict[str, Any]
+    device: str
+    dtype: str
+    stage_timing: bool = False
+
+
+@dataclass(slots=True)
+class GenerateReport:
+    texts: list[str]  # one stdout line per prompt
+    runs: dict[str, Any]  # label -> dflash_core Generation
+    same_tokens: bool | None  # speculative == plain (only with compare)
+    stages: tuple[str, ...] = ()  # per-stage times in each run's stats, when asked for
+
+
+def require_engine() -> None:
+    try:
+        import tokenizers  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        raise ValueError("the engine needs its extra: pip install -e '.[engine]'") from None
+
+
+def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
+    require_engine()
+    from dflash_core import SamplingParams, build_engine, load_models
+    from dflash_core.spec import Spec
+    from dflash_core.stats import STAGES
+
+    target, drafter = load_models(req.target, req.drafter, req.dtype, req.device)
+    tokenizer = _tokenizer(req.target) if req.prompts else None
+    prompts = [tokenizer.encode(p).ids for p in req.prompts] if tokenizer else []
+    prompts += [_parse_ids(text) for text in req.prompt_ids]
+    if not prompts:
+        raise ValueError("give at least one --prompt or --prompt-ids")
+    trained = drafter.config.block_size if drafter else None
+    spec, sampling = to_spec(req, trained, req.spine), SamplingParams(**req.sampling)
+    engine = build_engine(target, drafter, max_batch=len(prompts),
+                          max_context=max(map(len, prompts)) + sampling.max_tokens + 1,
+                          max_tree_nodes=max(spec.num_nodes, trained or 1),
+                          stage_timing=req.stage_timing)
+    engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off allocation costs
+    runs = {spec.method: engine.generate(prompts, sampling, spec)}
+    if compare and spec.method != "none":
+        runs["none"] = engine.generate(prompts, sampling, Spec.none())
+    tokens = runs[spec.method].tokens
+    same = runs["none"].tokens == tokens if "none" in runs and len(runs) > 1 else None
+    # One line per prompt: decoded text as a JSON string (it may hold newlines), else the ids.
+    texts = [json.dumps(tokenizer.decode(t)) if tokenizer else " ".join(map(str, t))
+             for t in tokens]
+    return GenerateReport(texts, runs, same, STAGES if req.stage_timing else ())
+
+
+def build_fixtures(folder: Path | None, force: bool, progress=None):
+    """-> (folder, the build's manifest or None when the folder was complete already)."""
+    require_engine()
+    from dflash_core.training.build import build_pair
+    from dflash_core.training.pair import default_pair_dir, is_complete
+
+    folder = folder or default_pair_dir()
+    if is_complete(folder) and not force:
+        return folder, None
+    return folder, build_pair(folder, progress=progress)
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"--prompt-ids wants integers separated by commas or spaces: {text!r}") \
+            from None
+
+
+def _tokenizer(directory: Path):
+    path = Path(directory) / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ValueError("--prompt needs the `tokenizers` package; use --prompt-ids") from None
+    if not path.is_file():
+        raise ValueError(f"--prompt needs {path}; use --prompt-ids")
+    return Tokenizer.from_file(str(path))

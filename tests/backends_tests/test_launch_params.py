@@ -1,0 +1,56 @@
+"""LaunchParams: the one parse of a trial's parameters, valid by construction, and the one
+mapping of the speculation knobs onto the engine's Spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.launch_params import InvalidParams, LaunchParams, min_ddtree_budget, to_spec
+
+DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_block_size": 6,
+          "speculative_ddtree_budget": 12, "speculative_ddtree_topk": 3,
+          "speculative_ddtree_max_depth": 4}
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"tp_size": 8, "enable_magic": True}, "unknown parameter.*enable_magic"),
+    ({"tp_size": 8, "ep_size": 3}, "ep_size 3 must divide tp_size 8"),
+    ({"tp_size": "8"}, "wrongly typed.*tp_size='8'"),
+    ({"cuda_graph": "yes"}, "wrongly typed.*cuda_graph"),
+    ({"mem_fraction_static": 1.2}, r"mem_fraction_static must be in \(0, 1\)"),
+    ({"speculative_algorithm": "medusa"}, "speculative_algorithm must be one of"),
+    ({**DDTREE, "speculative_ddtree_budget": 4}, "budget must be >= block size - 1"),
+    ({"max_running_requests": 0}, "max_running_requests must be >= 1"),
+])
+def test_what_no_engine_can_launch_never_parses(params, message):
+    with pytest.raises(InvalidParams, match=message):
+        LaunchParams.from_params(params)
+
+
+def test_a_launch_params_is_valid_by_construction():
+    with pytest.raises(InvalidParams, match="ep_size"):
+        LaunchParams(tp_size=8, ep_size=3)
+
+
+def test_the_budget_rule_is_the_one_the_spaces_sample_from():
+    lp = LaunchParams.from_params({**DDTREE, "speculative_ddtree_budget": min_ddtree_budget(6)})
+    assert lp.speculative_ddtree_budget == 5
+
+
+def test_ddtree_knobs_reach_the_engine_spec_under_their_own_names():
+    spec = to_spec(LaunchParams.from_params(DDTREE), trained_block=8)
+    assert (spec.method, spec.block_size, spec.budget, spec.topk, spec.max_depth) == (
+        "ddtree", 6, 12, 3, 4)
+
+
+def test_a_depth_cap_past_the_block_is_the_block():
+    spec = to_spec(LaunchParams(tp_size=1, speculative_algorithm="ddtree",
+                                speculative_dflash_block_size=4, speculative_ddtree_budget=8),
+                   trained_block=8)
+    assert spec.max_depth == 3  # the default cap of 7 reaches past a block of 4
+
+
+def test_plain_decoding_needs_no_drafter_and_speculation_does():
+    assert to_spec(LaunchParams(tp_size=1), trained_block=None).method == "none"
+    with pytest.raises(ValueError, match="needs a drafter"):
+        to_spec(LaunchParams(tp_size=1, speculative_algorithm="dflash"), trained_block=None)
