@@ -78,11 +78,6 @@ class LevelResult:
     def output_tokens(self) -> int:
         return sum(r.output_tokens for r in self.succeeded)
 
-    @property
-    def per_request_tok_s_p50(self) -> float | None:
-        """Median over requests of output tokens / E2E (what one user sees, TTFT included)."""
-        return percentile([r.output_tokens / r.e2e_s for r in self.succeeded if r.e2e_s], 50)
-
     def latency_ms(self) -> dict[str, float | None]:
         """p50/p90/p99 of TTFT, TPOT, ITL (pooled) and E2E over successful requests, keyed
         like ``ttft_p90_ms``."""
@@ -97,7 +92,7 @@ class LevelResult:
         Some failed: measured over the rest, with the failures summarised in the log excerpt.
 
         ``tok_s_per_user`` is ``output_tok_s / concurrency`` (the identity the backend contract
-        checks); the per-request median is :attr:`per_request_tok_s_p50`."""
+        checks)."""
         if not self.succeeded:
             return Measurement.failed(self.concurrency, FailureClass.TRANSIENT,
                                       self.error_summary())

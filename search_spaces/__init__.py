@@ -39,7 +39,7 @@ from search_spaces.params import FloatParam
 from search_spaces.params import IntParam
 from search_spaces.params import Param
 from search_spaces.schema import space_from_dict
-from search_spaces.space import Constraint
+from search_spaces.constraint import Constraint
 from search_spaces.space import SearchSpace
 
 __all__ = [

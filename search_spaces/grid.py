@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
-from typing import TYPE_CHECKING
 from typing import Any
 
+from search_spaces.constraint import Constraint
 from search_spaces.params import Param
 from search_spaces.params import is_active
-
-if TYPE_CHECKING:
-    from search_spaces.space import Constraint
 
 _ABSENT = object()  # the value of a param whose `when` is false: not put in the dict
 

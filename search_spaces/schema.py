@@ -35,7 +35,7 @@ from search_spaces.params import DerivedParam
 from search_spaces.params import FloatParam
 from search_spaces.params import IntParam
 from search_spaces.params import Param
-from search_spaces.space import Constraint
+from search_spaces.constraint import Constraint
 from search_spaces.space import SearchSpace
 
 

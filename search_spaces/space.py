@@ -20,31 +20,13 @@ from typing import Any
 
 import optuna
 
+from search_spaces.constraint import Constraint
 from search_spaces.errors import SpaceError
-from search_spaces.expr import Env
-from search_spaces.expr import Expr
 from search_spaces.given import GivenTrial
 from search_spaces.grid import iter_grid
 from search_spaces.params import DerivedParam
 from search_spaces.params import Param
 from search_spaces.params import is_active
-
-
-@dataclass(slots=True, frozen=True)
-class Constraint:
-    """``expr`` must hold whenever ``when`` does (always, if ``when`` is None)."""
-
-    expr: Expr
-    when: Expr | None = None
-
-    @property
-    def source(self) -> str:
-        return self.expr.source
-
-    def holds(self, env: Env) -> bool:
-        if self.when is not None and not self.when.holds(env, if_unset=False):
-            return True
-        return self.expr.holds(env, if_unset=True)
 
 
 @dataclass(slots=True, frozen=True)

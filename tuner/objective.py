@@ -47,11 +47,13 @@ class Objective:
             rows = self._measure(launch, problems, invalid)
         failure = next((m.failure for m in rows if m.failure), None)
         excerpt = next((m.log_excerpt for m in rows if m.log_excerpt), "")
-        # A rejected sample has no measurements to keep, only the reason in its log excerpt.
+        # A rejected sample (it breaks the space's constraints or does not parse) reached no
+        # backend: no measurements to keep, only the reason in its log excerpt.
+        rejected = bool(problems) or launch is None
         self.recorder.save(trial.number, params, launch, failure.value if failure else "ok",
-                           not problems, excerpt, [] if problems else rows)
+                           not rejected, excerpt, [] if rejected else rows)
         # Only now: an interrupted trial is neither recorded nor counted against the budget.
-        trial.set_user_attr(MEASURED_KEY, not problems)
+        trial.set_user_attr(MEASURED_KEY, not rejected)
         if failure is not None and not failure.is_deterministic:  # transient, port in use
             raise TransientFailure(excerpt or f"{failure.value} failure")
         by_level = {m.concurrency: m for m in rows}
