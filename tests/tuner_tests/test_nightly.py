@@ -11,14 +11,13 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cli_helpers import cli, write_config
 
-from backends import Backend, FailureClass, Measurement, Workload
+from backends import Backend, FailureClass, LaunchParams, Measurement, Workload
 from tuner import records
 from tuner.best import find_best
 from tuner.config import Config, load_config
@@ -44,13 +43,16 @@ class Drift(Backend):
         self.rng = random.Random(seed)
         self.calls = 0
 
-    def flags(self, params: dict[str, Any]) -> list[str]:
-        return self.inner.flags(params)
+    def flags(self, launch: LaunchParams) -> list[str]:
+        return self.inner.flags(launch)
 
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
+    def session(self, launch: LaunchParams, workload: Workload):
+        return self.inner.session(launch, workload)  # unscaled; nightly calls measure
+
+    def measure(self, launch: LaunchParams, workload: Workload) -> list[Measurement]:
         self.calls += 1
-        return [self._scaled(m, self.factor(params) * (1 + self.rng.gauss(0, self.noise)))
-                for m in self.inner.measure(params, workload)]
+        f = self.factor(asdict(launch)) * (1 + self.rng.gauss(0, self.noise))
+        return [self._scaled(m, f) for m in self.inner.measure(launch, workload)]
 
     @staticmethod
     def _scaled(m: Measurement, f: float) -> Measurement:
@@ -62,7 +64,7 @@ class Drift(Backend):
 
 
 class Broken(Drift):
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
+    def measure(self, launch: LaunchParams, workload: Workload) -> list[Measurement]:
         return [Measurement.failed(c, FailureClass.CRASH, "engine died: CUDA error")
                 for c in workload.concurrency]
 
@@ -74,10 +76,10 @@ class Dies(Drift):
         super().__init__(inner)
         self.after, self.stop = after, stop
 
-    def measure(self, params: dict[str, Any], workload: Workload) -> list[Measurement]:
+    def measure(self, launch: LaunchParams, workload: Workload) -> list[Measurement]:
         if self.calls == self.after:
             self.stop()
-        return super().measure(params, workload)
+        return super().measure(launch, workload)
 
 
 @pytest.fixture(scope="module")
