@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 
+from backends import LaunchParams  # noqa: E402
 from search_spaces import load_space  # noqa: E402
 from tuner.config import Config  # noqa: E402
 from tuner.config import load_config  # noqa: E402
@@ -110,11 +111,11 @@ def plain_tpe(cfg: Config, trials: int) -> tuple[dict, float]:
             continue
         value = 0.0
         try:
-            with backend.session(params, workload) as session:
+            with backend.session(LaunchParams.from_params(params), workload) as session:
                 launch_s += session.clock.launch_s
                 found = search_limit(session.measure, limits, top)
                 value = found.best.output_tok_s if found.best else 0.0
-        except Exception:  # LaunchFailed: an OOM layout, worth 0
+        except Exception:  # LaunchFailed (an OOM layout) or InvalidParams: worth 0
             launch_s += cfg.backend.simulation.launch_s
         study.tell(trial, value)
         best = max(best, (value, params), key=lambda b: b[0])
@@ -123,7 +124,7 @@ def plain_tpe(cfg: Config, trials: int) -> tuple[dict, float]:
 
 def launch_aware(cfg: Config) -> tuple[dict | None, float]:
     outcome = build(cfg).run()
-    return outcome.winner, outcome.launch_s
+    return outcome.winner and outcome.winner.params, outcome.launch_s
 
 
 def main() -> None:

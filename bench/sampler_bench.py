@@ -39,6 +39,7 @@ import optuna
 import yaml
 
 from backends import Workload
+from tuner.params import parse
 from search_spaces import load_space
 from search_spaces.loader import SHIPPED
 from tuner import records
@@ -101,7 +102,9 @@ def _grid_shard(args: tuple[int, int, int]) -> tuple[int, float, dict | None]:
     count, best, best_params = 0, 0.0, None
     for params in islice(space.grid(space_context(cfg), max_points), k, None, n):
         count += 1
-        value = scalar({m.concurrency: m for m in backend.measure(params, workload)}, cfg)
+        launch, _ = parse(params)
+        rows = backend.measure(launch, workload) if launch else []
+        value = scalar({m.concurrency: m for m in rows}, cfg)
         if value > best:
             best, best_params = value, params
     return count, best, best_params

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from backends import Deployment, Workload, get_backend
+from backends import Deployment, LaunchParams, Workload, get_backend
 from backends.flags import LaunchTarget
 from dflash_core.training.pair import ensure_pair
 
@@ -52,7 +52,7 @@ def run(repeats: int, concurrency: int, requests: int) -> list[dict]:
         accept: dict[str, list[float]] = {"inprocess": [], "serve": []}
         for _ in range(repeats):
             for kind, backend in backends.items():
-                (m,) = backend.measure(params, workload)
+                (m,) = backend.measure(LaunchParams(**params), workload)
                 assert m.ok, m.log_excerpt
                 tok_s[kind].append(m.output_tok_s)
                 accept[kind].append(m.accept_len_mean or 1.0)

@@ -11,7 +11,6 @@ from backends.flags import render_command
 from backends.flags import render_env
 from backends.flags import render_shell
 from backends.launch_params import InvalidParams
-from backends.launch_params import LaunchParams
 from tuner import records
 from tuner.config import Config
 from tuner.errors import NoResultError
@@ -71,17 +70,18 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
     overrides = run_cfg.backend.flag_overrides if engine == run_cfg.backend.engine else {}
 
     def argv_of(trial: TrialRecord) -> list[str] | None:
+        if trial.launch is None:
+            return None
         try:
-            lp = LaunchParams.from_params(trial.params)
-            return render_command(engine, lp, launch, version, overrides)
-        except InvalidParams:  # includes what this engine cannot express
+            return render_command(engine, trial.launch, launch, version, overrides)
+        except InvalidParams:  # what this engine cannot express
             return None
 
     trials = records.load_trials(db, cfg.study.name)
     ranking = ranking_of(run_cfg, trials, records.load_winner(db, cfg.study.name))
     chosen, front = choose(trials, target, limits, usable=lambda t: argv_of(t) is not None,
                            ranking=ranking)
-    lp = LaunchParams.from_params(chosen.trial.params)
+    lp = chosen.trial.launch
     return BestResult(chosen=chosen, front=front, engine=engine, argv=argv_of(chosen.trial),
                       env=render_env(engine, lp, version), experimental=is_experimental(engine, lp),
                       limits=limits, target_concurrency=target, trials=trials,

@@ -181,7 +181,7 @@ fixtures_app.command("build")(engine_cli.fixtures_build)
 def _best_table(result) -> None:
     noisy = result.ranking.prior_rel_sd > 0  # measured: medians of runs, ranked by a bound
     rows = [(c.trial.trial_number, "*" if c is result.chosen else "", c.throughput,
-             *((c.runs, c.score) if noisy else ()), c.per_user, _summary(c.trial.params))
+             *((c.runs, c.score) if noisy else ()), c.per_user, _summary(c.trial.launch))
             for c in result.front[:10]]
     where = ("at each configuration's SLA limit" if result.ranking.point == "at_sla_limit"
              else f"at concurrency {result.target_concurrency}")
@@ -191,10 +191,8 @@ def _best_table(result) -> None:
                  columns, rows)
 
 
-def _summary(params: dict) -> str:
-    from backends.launch_params import LaunchParams
-
-    return LaunchParams.from_params(params).label()
+def _summary(launch) -> str:
+    return launch.label() if launch else "not launchable"
 
 
 def main() -> None:

@@ -11,7 +11,8 @@ import optuna
 from backends import Backend, FailureClass, Measurement, Workload
 from search_spaces import SearchSpace
 from tuner.interrupt import InterruptGate
-from tuner.recorder import Recorder, parse
+from tuner.params import parse
+from tuner.recorder import Recorder
 from tuner.sla import Limit
 from tuner.study import MEASURED_KEY
 

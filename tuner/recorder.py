@@ -42,11 +42,3 @@ class Recorder:
         except InvalidParams:
             return "", {}
 
-
-def parse(params: dict[str, Any]) -> tuple[LaunchParams | None, str]:
-    """A sampled configuration as typed launch parameters, or None and why not: the one
-    parse of a trial's parameters on their way to a backend."""
-    try:
-        return LaunchParams.from_params(params), ""
-    except InvalidParams as error:
-        return None, str(error)

@@ -109,7 +109,7 @@ def test_chosen_heads_the_front_and_its_roofline_step_is_faster_than_the_modelle
     chosen = data.trial(data.chosen)
     assert chosen.feasible and chosen.family is not None
     modelled = sum(chosen.levels[data.target]["breakdown_ms"].values())
-    ideal = Roofline(data.config).step_ms(chosen.params, data.target)
+    ideal = Roofline(data.config).step_ms(chosen.launch, data.target)
     assert 0 < ideal < modelled
 
 

@@ -38,14 +38,14 @@ def test_launch_aware_study_spends_its_budget_and_confirms_the_winner(study_file
     assert outcome.winner is not None and outcome.runs >= cfg.tuning.repeats
     first = strategy.launcher.launches[0]
     assert first.params["speculative_algorithm"] == "none"  # the baseline goes first
-    runs = [x for x in strategy.launcher.launches if x.key == config_key(outcome.winner)]
+    runs = [x for x in strategy.launcher.launches if x.key == config_key(outcome.winner.params)]
     assert runs[-1].excerpt == records.GATES_PASSED  # its last launch ran the gates
     # Every launch is one recorded trial with the levels its SLA search chose.
     trials = records.load_trials(records.connect(cfg.study.storage), cfg.study.name)
     assert len(trials) == outcome.launches and 1 in trials[0].measurements
     chosen = json.loads(cli("best", "--format", "json", "-c", str(study_file),
                             cwd=tmp_path).stdout)
-    assert config_key(chosen["params"]) == config_key(outcome.winner)
+    assert config_key(chosen["params"]) == config_key(outcome.winner.params)
     assert chosen["runs"] >= cfg.tuning.repeats
     # The report names the same configuration, read where the study read it.
     page = write_report(cfg.study.storage, cfg.study.name, tmp_path / "r.html").read_text()

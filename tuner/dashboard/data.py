@@ -11,7 +11,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from tuner import records
 from tuner.config import Config
@@ -37,6 +36,7 @@ class TrialView:
     command: str
     log_excerpt: str
     feasible: bool = False  # its configuration succeeded within the SLA where `best` reads it
+    launch: LaunchParams | None = None  # the params parsed; None when they are not launchable
 
     @property
     def ok(self) -> bool:
@@ -112,14 +112,11 @@ def _config(stored: dict[str, Any] | None, storage_url: str, study: str) -> Conf
 
 
 def _view(t: TrialRecord) -> TrialView:
-    try:
-        lp = LaunchParams.from_params(t.params)
-        label, family = lp.label(), family_of(lp)
-    except (InvalidParams, TypeError):  # unknown or wrongly typed params from another space
-        label, family = "not launchable", None
+    lp = t.launch  # None: unknown or wrongly typed params from another space
+    label, family = (lp.label(), family_of(lp)) if lp else ("not launchable", None)
     return TrialView(number=t.trial_number, status=t.status, measured=t.measured,
-                     params=t.params, label=label, family=family, levels=t.measurements,
-                     command=t.command, log_excerpt=t.log_excerpt)
+                     params=t.params, launch=lp, label=label, family=family,
+                     levels=t.measurements, command=t.command, log_excerpt=t.log_excerpt)
 
 
 def family_of(lp: LaunchParams) -> str:

@@ -174,7 +174,7 @@ def _add_roofline(fig: go.Figure, data: StudyData, rows: list[TrialView], names:
     if data.backend != "model":
         return "roofline headroom is drawn for studies run with the model backend"
     roof = Roofline(data.config)
-    ideal = [roof.step_ms(t.params, data.target) for t in rows]
+    ideal = [roof.step_ms(t.launch, data.target) for t in rows]
     shown = [(n, r, s) for n, r, s in zip(names, ideal, steps, strict=True) if r]
     if not shown:
         return "the performance model could not place these configurations on its roofline"

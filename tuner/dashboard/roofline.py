@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backends.launch_params import LaunchParams
 from tuner.config import Config
 
 # Efficiency rejects zeros; a nanosecond is nothing against a millisecond step.
@@ -23,14 +24,16 @@ class Roofline:
     cfg: Config
     backend: Any = None  # PerfModelBackend with ideal constants, built on first use
 
-    def step_ms(self, params: dict[str, Any], concurrency: int) -> float | None:
+    def step_ms(self, launch: LaunchParams | None, concurrency: int) -> float | None:
         """Ideal ms per decode step at ``concurrency``; None when the model cannot place it."""
         from backends.perf_model.predict import predict
         from tuner.wiring import workload_from
 
         workload = workload_from(self.cfg)
+        if launch is None:
+            return None
         try:
-            setup = self._backend().setup(params, workload)
+            setup = self._backend().setup(launch, workload)
         # A configuration the model rejects, or a model / GPU its catalog does not know.
         except (ValueError, TypeError, KeyError, OSError):
             return None

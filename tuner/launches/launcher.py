@@ -17,7 +17,8 @@ from backends.session import Clock, Session
 from search_spaces import SearchSpace
 from tuner import records
 from tuner.launches.sla_search import search_limit
-from tuner.recorder import Recorder, parse
+from tuner.params import parse
+from tuner.recorder import Recorder
 from tuner.selection import config_key
 from tuner.sla import Limit, meets
 from tuner.study import MEASURED_KEY
@@ -59,7 +60,7 @@ class Launch:
         failure = None if t.status in ("ok", DISQUALIFIED) else FailureClass(t.status)
         return cls(t.params, rows, best, one and one["tok_s_per_user"], failure=failure,
                    verdict=t.log_excerpt if t.status == DISQUALIFIED else None,
-                   excerpt=t.log_excerpt)
+                   excerpt=t.log_excerpt, launch=t.launch)
 
     @property
     def value(self) -> float | None:

@@ -4,7 +4,6 @@ resume what the study already measured, and show progress per launch."""
 from __future__ import annotations
 
 
-from backends.launch_params import LaunchParams
 from backends.prompts import workload_prompts
 from tuner import records
 from tuner import render
@@ -64,7 +63,7 @@ def run_launch_aware(cfg: Config) -> Outcome:
         strategy.on_launch = shown
         outcome = strategy.run()
     if outcome.winner is not None:
-        records.save_winner(strategy.launcher.engine, cfg.study.name, outcome.winner)
+        records.save_winner(strategy.launcher.engine, cfg.study.name, outcome.winner.params)
     _report(outcome, strategy)
     return outcome
 
@@ -78,5 +77,5 @@ def _report(outcome: Outcome, strategy: LaunchAware) -> None:
         render.note("no configuration passed the finals within the launch budget; raise "
                     "tuning.launches", "yellow")
         return
-    label = LaunchParams.from_params(outcome.winner).label()
+    label = outcome.winner.launch.label()
     render.note(f"winner after {outcome.runs} launches of it, gates passed: {label}")

@@ -20,7 +20,7 @@ from backends.perf_model import Efficiency, PerfModelBackend
 from backends.perf_model.calibrate import Observation, fit
 from backends.perf_model.references import model_predictor
 from search_spaces import SearchSpace
-from tuner.recorder import parse
+from tuner.params import parse
 from tuner.selection import config_key
 from tuner.sla import Limit, meets
 

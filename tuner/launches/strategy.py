@@ -39,7 +39,7 @@ MODEL_ERROR_FLOOR = 0.02  # study user attribute: the baseline's greedy outputs
 
 @dataclass(slots=True)
 class Outcome:
-    winner: dict | None  # params of the configuration that passed everything
+    winner: Launch | None  # the configuration that passed everything (its latest launch)
     runs: int  # its launches
     launches: int
     launch_s: float
@@ -58,7 +58,7 @@ class LaunchAware:
         self._explore()
         winner = self._finals()
         history = self.launcher.launches
-        return Outcome(winner and winner.params, winner and len(self._runs()[winner.key]),
+        return Outcome(winner, winner and len(self._runs()[winner.key]),
                        len(history), sum(x.clock.launch_s for x in history),
                        sum(x.clock.measure_s for x in history))
 

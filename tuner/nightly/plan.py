@@ -86,14 +86,14 @@ def _moves(lp: LaunchParams, max_block: int) -> list[tuple[str, dict[str, Any]]]
 
 
 def neighbours(params: dict[str, Any], max_block: int,
-               usable: Callable[[dict[str, Any]], bool] = lambda p: True) -> list[Probe]:
+               usable: Callable[[LaunchParams], bool] = lambda lp: True) -> list[Probe]:
     """Valid one-knob variations of ``params`` (repeats filled in by :func:`plan`)."""
     lp = LaunchParams.from_params(params)
     seen = {config_key(params), config_key(baseline_of(params))}
     found = []
     for change, values in _moves(lp, max_block):
         candidate = _moved(params, lp, values)
-        if candidate is None or not _fits(candidate[1], max_block) or not usable(candidate[0]):
+        if candidate is None or not _fits(candidate[1], max_block) or not usable(candidate[1]):
             continue
         if (key := config_key(candidate[0])) not in seen:
             seen.add(key)
@@ -102,7 +102,7 @@ def neighbours(params: dict[str, Any], max_block: int,
 
 
 def plan(incumbent: dict[str, Any], max_block: int, repeats: int, explore: int, rotation: int,
-         usable: Callable[[dict[str, Any]], bool] = lambda p: True) -> list[Probe]:
+         usable: Callable[[LaunchParams], bool] = lambda lp: True) -> list[Probe]:
     """Incumbent first (it decides the exit code), then the baseline, then ``explore``
     neighbours. ``rotation`` (runs so far) shifts which neighbours are taken, so that a week of
     nightly runs covers them all instead of re-measuring the same two."""

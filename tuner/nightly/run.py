@@ -106,7 +106,7 @@ def _measure_and_judge(db: sa.Engine, study: str, run_cfg: Config, best: BestRes
     found = findings_of(results, db, study, trials, run_cfg, settings)
     found.env_changes = fingerprint.changes(previous_fp, fp)
     if found.winner:
-        found.winner_command = command_for(best, run_cfg, found.winner[0].probe.params)
+        found.winner_command = command_for(best, run_cfg, found.winner[0].probe.launch)
     return _conclude(db, run_id, found, settings, notes)
 
 
@@ -143,16 +143,15 @@ def _conclude(db: sa.Engine, run_id: int, found: Findings, settings: Settings,
     return NightlyOutcome(code, [*notes, *lines(found, message)], status, run_id, numbers)
 
 
-def command_for(best: BestResult, run_cfg: Config, params: dict[str, Any]) -> str | None:
-    """The launch command for ``params``, rendered like ``best --emit-flags``; None when the
-    study's engine cannot express them."""
+def command_for(best: BestResult, run_cfg: Config, lp: LaunchParams) -> str | None:
+    """The launch command for ``lp``, rendered like ``best --emit-flags``; None when the
+    study's engine cannot express it."""
     b = run_cfg.backend
     try:
-        lp = LaunchParams.from_params(params)
         argv = render_command(best.engine, lp, launch_target_from(run_cfg), b.engine_version,
                               b.flag_overrides)
         env = render_env(best.engine, lp, b.engine_version)
-    except InvalidParams:  # includes UnsupportedParams
+    except InvalidParams:  # UnsupportedParams
         return None
     return format_command(replace(best, argv=argv, env=env), "shell")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from backends import LaunchParams
 from backends import Measurement
 from tuner.records.serialize import measurement_row
 from tuner.records.serialize import row_metrics
@@ -22,6 +23,7 @@ from tuner.records.tables import now
 from tuner.records.tables import studies
 from tuner.records.tables import trials
 from tuner.records.tables import winners
+from tuner.params import parse
 
 # Log excerpt of a launch whose integrity gates all passed (launch-aware studies choose only
 # configurations with such a launch).
@@ -39,6 +41,8 @@ class TrialRecord:
     env: dict[str, str]
     log_excerpt: str
     measurements: dict[int, dict[str, Any]]  # concurrency -> metric name -> value
+    # ``params`` parsed when read back; None for a sample no engine could launch.
+    launch: LaunchParams | None = None
 
     @property
     def ok(self) -> bool:
@@ -102,9 +106,13 @@ def load_trials(engine: sa.Engine, study: str) -> list[TrialRecord]:
     by_trial: dict[int, dict[int, dict[str, Any]]] = {}
     for m in m_rows:
         by_trial.setdefault(m["trial_number"], {})[m["concurrency"]] = row_metrics(m)
-    return [TrialRecord(
-        trial_number=t["trial_number"], backend=t["backend"], params=json.loads(t["params_json"]),
-        status=t["status"], measured=t["measured"], command=t["command"],
-        env=json.loads(t["env_json"]),
-        log_excerpt=t["log_excerpt"], measurements=by_trial.get(t["trial_number"], {}),
-    ) for t in trial_rows]
+    return [_trial(t, by_trial.get(t["trial_number"], {})) for t in trial_rows]
+
+
+def _trial(row: Any, levels: dict[int, dict[str, Any]]) -> TrialRecord:
+    params = json.loads(row["params_json"])
+    return TrialRecord(
+        trial_number=row["trial_number"], backend=row["backend"], params=params,
+        status=row["status"], measured=row["measured"], command=row["command"],
+        env=json.loads(row["env_json"]), log_excerpt=row["log_excerpt"], measurements=levels,
+        launch=parse(params)[0])
