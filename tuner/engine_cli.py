@@ -13,39 +13,28 @@ from typing import Annotated
 
 import typer
 
-from backends.dflash_server.cli import (
-    Method,
-    serve,  # noqa: F401  (registered as `dflash-tune serve`)
-)
-from backends.flags.dflash import FLAGS
+from backends.dflash_server.cli import Algorithm
+from backends.dflash_server.cli import BlockSize
+from backends.dflash_server.cli import Budget
+from backends.dflash_server.cli import Drafter
+from backends.dflash_server.cli import MaxDepth
+from backends.dflash_server.cli import Spine
+from backends.dflash_server.cli import TopK
+from backends.dflash_server.cli import option
+from backends.dflash_server.cli import serve  # noqa: F401  (registered as `dflash-tune serve`)
 from tuner import render
 
 
-def _option(knob: str, help: str):
-    return typer.Option(FLAGS[knob], help=help)
-
-
 def generate(
-        target: Annotated[Path, _option("target", "Target checkpoint folder (HF Qwen3 layout).")],
-        drafter: Annotated[Path | None, _option("drafter", "DFlash drafter checkpoint folder.")]
-        = None,
+        target: Annotated[Path, option("target", "Target checkpoint folder (HF Qwen3 layout).")],
+        drafter: Drafter = None,
         prompt: Annotated[list[str] | None, typer.Option(
             help="Prompt text (repeatable; needs tokenizer.json).")] = None,
         prompt_ids: Annotated[list[str] | None, typer.Option(
             help="Prompt token ids, e.g. '1,2,3' (repeatable).")] = None,
-        speculative_algorithm: Annotated[Method | None, _option(
-            "speculative_algorithm", "Speculation method (default: dflash with a drafter, "
-            "else none).")] = None,
-        speculative_dflash_block_size: Annotated[int | None, _option(
-            "speculative_dflash_block_size", "Block size (default: the drafter's trained "
-            "block).")] = None,
-        speculative_ddtree_budget: Annotated[int, _option(
-            "speculative_ddtree_budget", "DDTree node budget (root excluded).")] = 32,
-        speculative_ddtree_topk: Annotated[int, _option(
-            "speculative_ddtree_topk", "DDTree candidates per depth (0 = no cap).")] = 0,
-        speculative_ddtree_max_depth: Annotated[int, _option(
-            "speculative_ddtree_max_depth", "DDTree max depth (0 = block - 1).")] = 0,
-        spine: Annotated[bool, typer.Option(help="DDTree: greedy chain first.")] = False,
+        speculative_algorithm: Algorithm = None, speculative_dflash_block_size: BlockSize = None,
+        speculative_ddtree_budget: Budget = 32, speculative_ddtree_topk: TopK = 0,
+        speculative_ddtree_max_depth: MaxDepth = 0, spine: Spine = False,
         max_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
         temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
         top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,

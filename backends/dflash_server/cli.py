@@ -16,34 +16,42 @@ from dflash_core.spec import METHODS
 Method = Enum("Method", {m: m for m in METHODS}, type=str)
 
 
-def _option(knob: str, help: str):
+def option(knob: str, help: str):
+    """A command-line option for ``knob``, spelled as the flag table says."""
     return typer.Option(FLAGS[knob], help=help)
 
 
+# The speculation options, declared once for `serve` and `generate` (tuner/engine_cli.py).
+Drafter = Annotated[Path | None, option("drafter", "DFlash drafter checkpoint folder.")]
+Algorithm = Annotated[Method | None, option(
+    "speculative_algorithm", "Speculation method (default: dflash with a drafter, else none).")]
+BlockSize = Annotated[int | None, option(
+    "speculative_dflash_block_size", "Block size (default: the drafter's trained block).")]
+Budget = Annotated[int, option("speculative_ddtree_budget",
+                               "DDTree node budget (root excluded).")]
+TopK = Annotated[int, option("speculative_ddtree_topk",
+                             "DDTree candidates per depth (0 = no cap).")]
+MaxDepth = Annotated[int, option("speculative_ddtree_max_depth",
+                                 "DDTree max depth (0 = block - 1).")]
+Spine = Annotated[bool, typer.Option(help="DDTree: greedy chain first.")]
+
+
 def serve(
-        target: Annotated[Path, _option("target", "Target checkpoint folder (with tokenizer.json).")],
-        drafter: Annotated[Path | None, _option("drafter", "DFlash drafter folder.")] = None,
-        speculative_algorithm: Annotated[Method | None, _option(
-            "speculative_algorithm", "Speculation (default: dflash with a drafter, else none).")]
-        = None,
-        speculative_dflash_block_size: Annotated[int | None, _option(
-            "speculative_dflash_block_size", "Default: the drafter's trained block.")] = None,
-        speculative_ddtree_budget: Annotated[int, _option(
-            "speculative_ddtree_budget", "DDTree node budget (root excluded).")] = 32,
-        speculative_ddtree_topk: Annotated[int, _option(
-            "speculative_ddtree_topk", "DDTree candidates per depth (0 = no cap).")] = 0,
-        speculative_ddtree_max_depth: Annotated[int, _option(
-            "speculative_ddtree_max_depth", "DDTree max depth (0 = block - 1).")] = 0,
-        spine: Annotated[bool, typer.Option(help="DDTree: greedy chain first.")] = False,
-        max_running_requests: Annotated[int, _option(
+        target: Annotated[Path, option("target", "Target checkpoint folder (with a "
+                                                 "tokenizer.json).")],
+        drafter: Drafter = None, speculative_algorithm: Algorithm = None,
+        speculative_dflash_block_size: BlockSize = None, speculative_ddtree_budget: Budget = 32,
+        speculative_ddtree_topk: TopK = 0, speculative_ddtree_max_depth: MaxDepth = 0,
+        spine: Spine = False,
+        max_running_requests: Annotated[int, option(
             "max_running_requests", "Rows of the engine's batch (continuous batching).")] = 8,
-        max_context: Annotated[int, _option(
+        max_context: Annotated[int, option(
             "max_context", "Prompt + output tokens per request.")] = 2048,
-        cuda_graph_bs: Annotated[str, _option(
+        cuda_graph_bs: Annotated[str, option(
             "cuda_graph_bs", "CUDA graph batch sizes, e.g. '1,2,4,8': rounds run padded to "
             "these sizes and, on a CUDA device, replay captured graphs. Empty: eager.")] = "",
-        host: Annotated[str, _option("host", "Address to bind.")] = "127.0.0.1",
-        port: Annotated[int, _option("port", "Port to bind.")] = 8000,
+        host: Annotated[str, option("host", "Address to bind.")] = "127.0.0.1",
+        port: Annotated[int, option("port", "Port to bind.")] = 8000,
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
         served_model_name: str | None = None, seed: int = 0) -> None:
