@@ -6,11 +6,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from backends.flags import LaunchTarget
 from backends.flags import is_experimental
 from backends.flags import render_command
 from backends.flags import render_env
 from backends.flags import render_shell
 from backends.launch_params import InvalidParams
+from backends.launch_params import LaunchParams
 from tuner import records
 from tuner.config import Config
 from tuner.errors import NoResultError
@@ -23,11 +25,33 @@ from tuner.sla import Limit
 from tuner.wiring import launch_target_from
 
 
+@dataclass(slots=True, frozen=True)
+class Emitter:
+    """How a configuration becomes an engine's launch command (what ``--emit-flags`` prints)."""
+
+    engine: str
+    target: LaunchTarget
+    version: str | None
+    overrides: dict[str, str | None]
+
+    def argv(self, launch: LaunchParams | None) -> list[str] | None:
+        """None where the engine cannot express ``launch`` (or it did not parse)."""
+        try:
+            return launch and render_command(self.engine, launch, self.target, self.version,
+                                             self.overrides)
+        except InvalidParams:  # UnsupportedParams
+            return None
+
+    def env(self, launch: LaunchParams) -> dict[str, str]:
+        return render_env(self.engine, launch, self.version)
+
+
 @dataclass(slots=True)
 class BestResult:
     chosen: Candidate
     front: list[Candidate]
     engine: str
+    emitter: Emitter
     argv: list[str]
     env: dict[str, str]
     experimental: bool
@@ -65,25 +89,18 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestRes
     engine = engine or run_cfg.backend.engine
     limits = [Limit.parse(s) for s in sla] if sla is not None else run_cfg.workload.limits
     target = run_cfg.workload.target_concurrency
-    launch = launch_target_from(run_cfg)
-    version = run_cfg.backend.engine_version if engine == run_cfg.backend.engine else None
-    overrides = run_cfg.backend.flag_overrides if engine == run_cfg.backend.engine else {}
-
-    def argv_of(trial: TrialRecord) -> list[str] | None:
-        if trial.launch is None:
-            return None
-        try:
-            return render_command(engine, trial.launch, launch, version, overrides)
-        except InvalidParams:  # what this engine cannot express
-            return None
-
+    same = engine == run_cfg.backend.engine  # the study's pinned version and overrides apply
+    emit = Emitter(engine, launch_target_from(run_cfg),
+                   run_cfg.backend.engine_version if same else None,
+                   run_cfg.backend.flag_overrides if same else {})
     trials = records.load_trials(db, cfg.study.name)
     ranking = ranking_of(run_cfg, trials, records.load_winner(db, cfg.study.name))
-    chosen, front = choose(trials, target, limits, usable=lambda t: argv_of(t) is not None,
-                           ranking=ranking)
+    chosen, front = choose(trials, target, limits,
+                           usable=lambda t: emit.argv(t.launch) is not None, ranking=ranking)
     lp = chosen.trial.launch
-    return BestResult(chosen=chosen, front=front, engine=engine, argv=argv_of(chosen.trial),
-                      env=render_env(engine, lp, version), experimental=is_experimental(engine, lp),
+    return BestResult(chosen=chosen, front=front, engine=engine, emitter=emit,
+                      argv=emit.argv(lp), env=emit.env(lp),
+                      experimental=is_experimental(engine, lp),
                       limits=limits, target_concurrency=target, trials=trials,
                       ranking=ranking)
 

@@ -17,9 +17,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from backends import Backend
-from backends.flags import render_command
-from backends.flags import render_env
-from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from tuner import records
 from tuner.best import BestResult
@@ -41,7 +38,6 @@ from tuner.nightly.report import lines
 from tuner.nightly.report import summary
 from tuner.records import nightly
 from tuner.wiring import backend_from
-from tuner.wiring import launch_target_from
 from tuner.wiring import workload_from
 
 EXIT_OK, EXIT_REGRESSION, EXIT_UNMEASURABLE = 0, 1, 2
@@ -93,7 +89,7 @@ def _measure_and_judge(db: sa.Engine, study: str, run_cfg: Config, best: BestRes
     target = best.target_concurrency
     probes = plan(best.chosen.trial.params, _max_block(run_cfg), settings.repeats,
                   settings.explore, nightly.finished_runs(db, study),
-                  usable=lambda p: command_for(best, run_cfg, p) is not None)
+                  usable=lambda lp: command_for(best, lp) is not None)
     fp, previous_fp = fingerprint.collect(run_cfg), nightly.last_fingerprint(db, study)
     run_id = nightly.start_run(db, study, probes[0].label, probes[0].params,
                                f"output_tok_s@{target}", fp, os.getpid(), settings.rebase)
@@ -106,7 +102,7 @@ def _measure_and_judge(db: sa.Engine, study: str, run_cfg: Config, best: BestRes
     found = findings_of(results, db, study, trials, run_cfg, settings)
     found.env_changes = fingerprint.changes(previous_fp, fp)
     if found.winner:
-        found.winner_command = command_for(best, run_cfg, found.winner[0].probe.launch)
+        found.winner_command = command_for(best, found.winner[0].probe.launch)
     return _conclude(db, run_id, found, settings, notes)
 
 
@@ -143,17 +139,11 @@ def _conclude(db: sa.Engine, run_id: int, found: Findings, settings: Settings,
     return NightlyOutcome(code, [*notes, *lines(found, message)], status, run_id, numbers)
 
 
-def command_for(best: BestResult, run_cfg: Config, lp: LaunchParams) -> str | None:
+def command_for(best: BestResult, lp: LaunchParams) -> str | None:
     """The launch command for ``lp``, rendered like ``best --emit-flags``; None when the
     study's engine cannot express it."""
-    b = run_cfg.backend
-    try:
-        argv = render_command(best.engine, lp, launch_target_from(run_cfg), b.engine_version,
-                              b.flag_overrides)
-        env = render_env(best.engine, lp, b.engine_version)
-    except InvalidParams:  # UnsupportedParams
-        return None
-    return format_command(replace(best, argv=argv, env=env), "shell")
+    argv = best.emitter.argv(lp)
+    return argv and format_command(replace(best, argv=argv, env=best.emitter.env(lp)), "shell")
 
 
 def _close_dead_runs(db: sa.Engine, study: str) -> tuple[nightly.OpenRun | None, list[str]]:
