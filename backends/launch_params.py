@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from dflash_core.spec import METHODS as SPECULATIVE_ALGORITHMS
-from dflash_core.spec import Spec, spec_for
+from dflash_core.speculation.spec import METHODS as SPECULATIVE_ALGORITHMS
+from dflash_core.speculation.spec import Spec, spec_for
 
 GRAPH_LADDERS = ("pow2", "dense")
 _INTS = ("tp_size", "dp_size", "ep_size", "speculative_dflash_block_size",

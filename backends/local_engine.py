@@ -56,8 +56,8 @@ def require_engine() -> None:
 def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     require_engine()
     from dflash_core import SamplingParams, build_engine, load_models
-    from dflash_core.spec import Spec
-    from dflash_core.stats import STAGES
+    from dflash_core.runtime.stats import STAGES
+    from dflash_core.speculation.spec import Spec
 
     target, drafter = load_models(req.target, req.drafter, req.dtype, req.device)
     tokenizer = _tokenizer(req.target) if req.prompts else None

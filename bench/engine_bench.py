@@ -41,8 +41,8 @@ from dflash_core import (
     Spec,
     Target,
 )
-from dflash_core.step import Step
-from dflash_core.tree import chain_tree
+from dflash_core.models.step import Step
+from dflash_core.speculation.tree import chain_tree
 
 SHAPES = {
     "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -2,9 +2,14 @@
 
 Imports nothing from ``tuner``, ``backends`` or ``search_spaces``. See docs/ENGINE.md.
 
-The names below load on first use (PEP 562), so ``import dflash_core.spec`` (METHODS, Spec,
-SamplingParams) does not import torch: the tuner reads it without the engine extra installed.
-"""
+    models/       what a checkpoint is and how its forward runs (config, loader, target, drafter)
+    speculation/  what to draft, how trees are built, verified, accepted and sampled
+    runtime/      the loop: the engine, live batches, fixed round shapes, CUDA graphs, the factory
+    training/     the tiny pair's tokenizer, corpus and training
+
+Imports point one way: runtime -> speculation -> models. The names below load on first use
+(PEP 562), so ``import dflash_core.speculation.spec`` (METHODS, Spec, SamplingParams) does not
+import torch: the tuner reads it without the engine extra installed."""
 
 from __future__ import annotations
 
@@ -12,28 +17,28 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 _MODULE_OF = {
-    "AcceptanceProfile": "oracle",
-    "CheckpointError": "config",
-    "DFlashProposer": "proposer",
-    "DraftInput": "proposer",
-    "Drafter": "drafter",
-    "DrafterConfig": "config",
-    "Engine": "engine",
-    "EngineConfig": "engine",
-    "Generation": "stats",
-    "GenerationStats": "stats",
-    "METHODS": "spec",
-    "ModelConfig": "config",
-    "OracleProposer": "oracle",
-    "Proposer": "proposer",
-    "SamplingParams": "spec",
-    "Spec": "spec",
-    "Target": "target",
-    "build_engine": "factory",
-    "load_drafter": "loader",
-    "load_models": "factory",
-    "load_target": "loader",
-    "save_model": "loader",
+    "AcceptanceProfile": "speculation.oracle",
+    "CheckpointError": "models.config",
+    "DFlashProposer": "speculation.proposer",
+    "DraftInput": "speculation.proposer",
+    "Drafter": "models.drafter",
+    "DrafterConfig": "models.config",
+    "Engine": "runtime.engine",
+    "EngineConfig": "runtime.engine",
+    "Generation": "runtime.stats",
+    "GenerationStats": "runtime.stats",
+    "METHODS": "speculation.spec",
+    "ModelConfig": "models.config",
+    "OracleProposer": "speculation.oracle",
+    "Proposer": "speculation.proposer",
+    "SamplingParams": "speculation.spec",
+    "Spec": "speculation.spec",
+    "Target": "models.target",
+    "build_engine": "runtime.factory",
+    "load_drafter": "models.loader",
+    "load_models": "runtime.factory",
+    "load_target": "models.loader",
+    "save_model": "models.loader",
 }
 
 __all__ = [
@@ -75,13 +80,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what a type checker or IDE sees; never runs
-    from dflash_core.config import CheckpointError, DrafterConfig, ModelConfig
-    from dflash_core.drafter import Drafter
-    from dflash_core.engine import Engine, EngineConfig
-    from dflash_core.factory import build_engine, load_models
-    from dflash_core.loader import load_drafter, load_target, save_model
-    from dflash_core.oracle import AcceptanceProfile, OracleProposer
-    from dflash_core.proposer import DFlashProposer, DraftInput, Proposer
-    from dflash_core.spec import METHODS, SamplingParams, Spec
-    from dflash_core.stats import Generation, GenerationStats
-    from dflash_core.target import Target
+    from dflash_core.models.config import CheckpointError, DrafterConfig, ModelConfig
+    from dflash_core.models.drafter import Drafter
+    from dflash_core.models.loader import load_drafter, load_target, save_model
+    from dflash_core.models.target import Target
+    from dflash_core.runtime.engine import Engine, EngineConfig
+    from dflash_core.runtime.factory import build_engine, load_models
+    from dflash_core.runtime.stats import Generation, GenerationStats
+    from dflash_core.speculation.oracle import AcceptanceProfile, OracleProposer
+    from dflash_core.speculation.proposer import DFlashProposer, DraftInput, Proposer
+    from dflash_core.speculation.spec import METHODS, SamplingParams, Spec

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from backends.flags.dflash import FLAGS
-from dflash_core.spec import METHODS
+from dflash_core.speculation.spec import METHODS
 
 Method = Enum("Method", {m: m for m in METHODS}, type=str)
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from dflash_core.config import DrafterConfig, ModelConfig
-from dflash_core.drafter import Drafter
-from dflash_core.loader import save_model
-from dflash_core.target import Target
+from dflash_core.models.config import DrafterConfig, ModelConfig
+from dflash_core.models.drafter import Drafter
+from dflash_core.models.loader import save_model
+from dflash_core.models.target import Target
 from dflash_core.training.corpus import load_corpus
 from dflash_core.training.drafter_train import default_gamma, regenerate, train_drafter
 from dflash_core.training.evaluate import acceptance_report

@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dflash_core.drafter import Drafter
-from dflash_core.engine import Engine, EngineConfig
-from dflash_core.layers import rope_tables
-from dflash_core.spec import SamplingParams
-from dflash_core.target import Target
+from dflash_core.models.drafter import Drafter
+from dflash_core.models.layers import rope_tables
+from dflash_core.models.target import Target
+from dflash_core.runtime.engine import Engine, EngineConfig
+from dflash_core.speculation.spec import SamplingParams
 from dflash_core.training.optim import Progress, Schedule, fit
 from dflash_core.training.target_train import causal_step
 

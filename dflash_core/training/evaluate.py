@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch
 
-from dflash_core.drafter import Drafter
-from dflash_core.engine import Engine
-from dflash_core.factory import build_engine, load_models
-from dflash_core.spec import SamplingParams, Spec
-from dflash_core.target import Target
+from dflash_core.models.drafter import Drafter
+from dflash_core.models.target import Target
+from dflash_core.runtime.engine import Engine
+from dflash_core.runtime.factory import build_engine, load_models
+from dflash_core.speculation.spec import SamplingParams, Spec
 
 EVAL_TOKENS = 64
 

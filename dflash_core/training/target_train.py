@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dflash_core.step import Step
-from dflash_core.target import Target
+from dflash_core.models.step import Step
+from dflash_core.models.target import Target
 from dflash_core.training.optim import Progress, Schedule, fit
 
 

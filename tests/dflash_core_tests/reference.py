@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dflash_core.proposer import DFlashProposer, DraftInput
-from dflash_core.spec import SamplingParams
+from dflash_core.speculation.proposer import DFlashProposer, DraftInput
+from dflash_core.speculation.spec import SamplingParams
 
 
 def filtered_logits(logits: Tensor, params: SamplingParams) -> Tensor:

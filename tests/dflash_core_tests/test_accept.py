@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from dflash_core.accept import accept
-from dflash_core.tree import build_tree, chain_tree, tree_from_nodes
+from dflash_core.speculation.accept import accept
+from dflash_core.speculation.tree import build_tree, chain_tree, tree_from_nodes
 
 #        root(9)
 #        /     \

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from dflash_core.config import (
+from dflash_core.models.config import (
     CheckpointError,
     DrafterConfig,
     ModelConfig,

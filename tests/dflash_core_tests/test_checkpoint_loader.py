@@ -10,9 +10,9 @@ import torch
 from core_helpers import BLOCK, MASK_TOKEN, VOCAB, make_drafter, make_target, target_config
 from safetensors.torch import load_file, save_file
 
-from dflash_core.config import CheckpointError, ModelConfig
-from dflash_core.loader import load_drafter, load_target, read_weights, save_model
-from dflash_core.step import Step
+from dflash_core.models.config import CheckpointError, ModelConfig
+from dflash_core.models.loader import load_drafter, load_target, read_weights, save_model
+from dflash_core.models.step import Step
 
 TARGETS = {
     "dense": dict(moe=False),

@@ -15,8 +15,8 @@ from dflash_core import (
     SamplingParams,
     Spec,
 )
-from dflash_core.layers import apply_rope, rope_tables
-from dflash_core.step import Step
+from dflash_core.models.layers import apply_rope, rope_tables
+from dflash_core.models.step import Step
 
 
 def _reference_block(drafter, features, block_embeds, start):

@@ -122,7 +122,7 @@ def test_cuda_engine_produces_the_cpu_tokens(spec):
 
 
 def test_spec_from_a_method_name_keeps_only_what_the_method_uses():
-    from dflash_core.spec import spec_for
+    from dflash_core.speculation.spec import spec_for
 
     assert Spec.of("dflash", 8, budget=32) == Spec.dflash(8)
     assert Spec.of("ddtree", 8, 32, 4, 5, True) == Spec.ddtree(8, 32, 4, 5, True)
@@ -136,7 +136,7 @@ def test_spec_from_a_method_name_keeps_only_what_the_method_uses():
 
 def test_spec_knobs_are_named_like_the_tuning_parameters():
     """speculative_ddtree_topk / _max_depth / _budget, speculative_dflash_block_size."""
-    from dflash_core.spec import spec_for
+    from dflash_core.speculation.spec import spec_for
 
     spec = Spec.of("ddtree", block_size=8, budget=32, topk=4, max_depth=5, spine=True)
     assert (spec.block_size, spec.budget, spec.topk, spec.max_depth) == (8, 32, 4, 5)
@@ -154,7 +154,7 @@ def test_spec_knobs_are_named_like_the_tuning_parameters():
 def test_stage_times_are_zeros_unless_stage_timing_is_asked_for():
     """Off by default: on a GPU without graphs it costs a sync at each of four stages."""
     from dflash_core import build_engine
-    from dflash_core.stats import STAGES
+    from dflash_core.runtime.stats import STAGES
 
     target = make_target()
     limits = dict(max_batch=4, max_context=160, max_tree_nodes=16)

@@ -27,7 +27,8 @@ GREEDY = SamplingParams(max_tokens=12)
 
 def test_the_spec_module_imports_without_torch():
     """The tuner reads METHODS and Spec where the engine extra (torch) is not installed."""
-    code = ("import sys; import dflash_core.spec; from dflash_core import METHODS, Spec; "
+    code = ("import sys; import dflash_core.speculation.spec; "
+            "from dflash_core import METHODS, Spec; "
             "assert 'torch' not in sys.modules, 'torch was imported'; print(METHODS)")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120, check=False)
@@ -38,7 +39,7 @@ def test_the_spec_module_imports_without_torch():
 def test_the_package_still_exports_the_engine():
     import dflash_core
     from dflash_core import Engine
-    from dflash_core.engine import Engine as EngineClass
+    from dflash_core.runtime.engine import Engine as EngineClass
 
     assert Engine is EngineClass
     assert sorted(dflash_core.__all__) == sorted(dflash_core._MODULE_OF)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from dflash_core import Engine, EngineConfig, SamplingParams, Spec
-from dflash_core.proposer import DFlashProposer
-from dflash_core.step import Step
+from dflash_core.models.step import Step
+from dflash_core.speculation.proposer import DFlashProposer
 from dflash_core.training.evaluate import held_out_prompts, load_pair
 from dflash_core.training.pair import ensure_pair
 

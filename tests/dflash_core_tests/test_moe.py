@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from core_helpers import host_sync_ops, make_target, target_config
 from safetensors.torch import load_file
 
-from dflash_core import layers
-from dflash_core.layers import MoE
-from dflash_core.loader import load_target, save_model
-from dflash_core.step import Step
+from dflash_core.models import layers
+from dflash_core.models.layers import MoE
+from dflash_core.models.loader import load_target, save_model
+from dflash_core.models.step import Step
 
 ALIGNED = {"hidden_size": 32, "moe_intermediate_size": 16}  # 16-byte rows in fp32 and bf16
 UNALIGNED = {"hidden_size": 32, "moe_intermediate_size": 10}  # 40-byte / 20-byte rows

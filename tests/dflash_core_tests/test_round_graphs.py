@@ -16,7 +16,7 @@ from dflash_core import (
     SamplingParams,
     Spec,
 )
-from dflash_core.proposer import DFlashProposer
+from dflash_core.speculation.proposer import DFlashProposer
 
 SPECS = [Spec.none(), Spec.dflash(6), Spec.ddtree(6, 12)]
 IDS = ["plain", "dflash", "ddtree"]

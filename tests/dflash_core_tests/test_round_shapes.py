@@ -9,8 +9,8 @@ import torch
 from core_helpers import PROMPTS, make_drafter, make_target
 
 from dflash_core import Engine, EngineConfig, SamplingParams, Spec
-from dflash_core.proposer import DFlashProposer
-from dflash_core.shapes import RoundShapes
+from dflash_core.runtime.shapes import RoundShapes
+from dflash_core.speculation.proposer import DFlashProposer
 from dflash_core.training.evaluate import held_out_prompts, load_pair
 from dflash_core.training.pair import ensure_pair
 

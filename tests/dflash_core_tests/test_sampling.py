@@ -22,7 +22,7 @@ from dflash_core import (
     Spec,
     Target,
 )
-from dflash_core.step import Step
+from dflash_core.models.step import Step
 
 VOCAB = 6
 PROMPT = [1, 4, 2]

@@ -10,7 +10,7 @@ from core_helpers import host_sync_ops
 from reference import filtered_logits, sample
 
 from dflash_core import SamplingParams
-from dflash_core.sampling import SamplingTable, sample_table, table_filtered_logits
+from dflash_core.speculation.sampling import SamplingTable, sample_table, table_filtered_logits
 
 V = 12
 ROWS = [  # greedy, pure temperature, top-k (k = 1, k = V, k > V), top-p (tiny, 1.0), both

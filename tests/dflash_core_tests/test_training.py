@@ -11,7 +11,7 @@ from core_helpers import BLOCK, make_drafter, make_target
 from safetensors.torch import load_file
 
 from dflash_core import DFlashProposer, DraftInput, load_drafter, load_target
-from dflash_core.step import Step
+from dflash_core.models.step import Step
 from dflash_core.training.build import Recipe, build_pair
 from dflash_core.training.corpus import load_corpus
 from dflash_core.training.drafter_train import (
@@ -21,8 +21,8 @@ from dflash_core.training.drafter_train import (
     default_gamma,
     draft_blocks,
 )
-from dflash_core.training.pair import ensure_pair, is_complete
 from dflash_core.training.optim import Schedule
+from dflash_core.training.pair import ensure_pair, is_complete
 from dflash_core.training.tokenizer import MASK, train_tokenizer
 
 TINY = Recipe(corpus_chars=150_000, vocab_size=384, hidden_size=64, target_layers=2, heads=4,

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from dflash_core.tree import (
+from dflash_core.speculation.tree import (
     Tree,
     ancestor_mask,
     build_tree,

@@ -7,11 +7,11 @@ import pytest
 import torch
 from core_helpers import make_target
 
-from dflash_core import attention
-from dflash_core.accept import accept
-from dflash_core.attention import attend
-from dflash_core.step import Step
-from dflash_core.tree import Tree, build_tree
+from dflash_core.models import attention
+from dflash_core.models.attention import attend
+from dflash_core.models.step import Step
+from dflash_core.speculation.accept import accept
+from dflash_core.speculation.tree import Tree, build_tree
 
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1]]
 

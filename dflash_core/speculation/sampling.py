@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.spec import SamplingParams
+from dflash_core.speculation.spec import SamplingParams
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.tree import Tree
+from dflash_core.speculation.tree import Tree
 
 
 @dataclass(slots=True)

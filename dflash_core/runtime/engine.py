@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from dflash_core.batch import LiveBatch
-from dflash_core.proposer import Proposer
-from dflash_core.round import Round
-from dflash_core.shapes import RoundShapes
-from dflash_core.spec import SamplingParams, Spec, checked_prompts
-from dflash_core.stats import Generation
-from dflash_core.target import Target
+from dflash_core.models.target import Target
+from dflash_core.runtime.batch import LiveBatch
+from dflash_core.runtime.round import Round
+from dflash_core.runtime.shapes import RoundShapes
+from dflash_core.runtime.stats import Generation
+from dflash_core.speculation.proposer import Proposer
+from dflash_core.speculation.spec import SamplingParams, Spec, checked_prompts
 
 DEFAULT_GRAPH_CONTEXT_BUCKET = 256
 

@@ -17,9 +17,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from dflash_core.config import CheckpointError, DrafterConfig, ModelConfig, read_config
-from dflash_core.drafter import Drafter
-from dflash_core.target import Target
+from dflash_core.models.config import CheckpointError, DrafterConfig, ModelConfig, read_config
+from dflash_core.models.drafter import Drafter
+from dflash_core.models.target import Target
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

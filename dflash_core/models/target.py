@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from dflash_core.attention import Attention
-from dflash_core.config import ModelConfig
-from dflash_core.kv_cache import KVCache
-from dflash_core.layers import MLP, MoE, RMSNorm, rope_tables
-from dflash_core.step import Step
+from dflash_core.models.attention import Attention
+from dflash_core.models.config import ModelConfig
+from dflash_core.models.kv_cache import KVCache
+from dflash_core.models.layers import MLP, MoE, RMSNorm, rope_tables
+from dflash_core.models.step import Step
 
 
 class DecoderLayer(nn.Module):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dflash_core.config import ModelConfig
+from dflash_core.models.config import ModelConfig
 
 
 class RMSNorm(nn.Module):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from dflash_core.config import ModelConfig
-from dflash_core.kv_cache import KVCache
-from dflash_core.layers import RMSNorm, apply_rope
-from dflash_core.step import Step
+from dflash_core.models.config import ModelConfig
+from dflash_core.models.kv_cache import KVCache
+from dflash_core.models.layers import RMSNorm, apply_rope
+from dflash_core.models.step import Step
 
 
 def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.accept import accept
-from dflash_core.graphs import RoundGraphs
-from dflash_core.kv_cache import KVCache
-from dflash_core.proposer import DraftInput, Proposer
-from dflash_core.sampling import SamplingTable, sample_table
-from dflash_core.spec import Spec
-from dflash_core.stats import GenerationStats
-from dflash_core.step import Step
-from dflash_core.target import Target
-from dflash_core.tree import Tree, build_tree, chain_tree
+from dflash_core.models.kv_cache import KVCache
+from dflash_core.models.step import Step
+from dflash_core.models.target import Target
+from dflash_core.runtime.graphs import RoundGraphs
+from dflash_core.runtime.stats import GenerationStats
+from dflash_core.speculation.accept import accept
+from dflash_core.speculation.proposer import DraftInput, Proposer
+from dflash_core.speculation.sampling import SamplingTable, sample_table
+from dflash_core.speculation.spec import Spec
+from dflash_core.speculation.tree import Tree, build_tree, chain_tree
 
 
 @dataclass(slots=True)

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.round import Round
-from dflash_core.sampling import SamplingTable, sample_table
-from dflash_core.shapes import RoundShapes
-from dflash_core.spec import SamplingParams, checked_prompts
-from dflash_core.stats import GenerationStats
-from dflash_core.step import Step
+from dflash_core.models.step import Step
+from dflash_core.runtime.round import Round
+from dflash_core.runtime.shapes import RoundShapes
+from dflash_core.runtime.stats import GenerationStats
+from dflash_core.speculation.sampling import SamplingTable, sample_table
+from dflash_core.speculation.spec import SamplingParams, checked_prompts
 
 
 @dataclass(slots=True)

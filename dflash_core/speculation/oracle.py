@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.proposer import DraftInput
+from dflash_core.speculation.proposer import DraftInput
 
 
 @dataclass(slots=True)

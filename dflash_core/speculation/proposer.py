@@ -13,9 +13,9 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from dflash_core.drafter import Drafter
-from dflash_core.step import Step
-from dflash_core.target import Target
+from dflash_core.models.drafter import Drafter
+from dflash_core.models.step import Step
+from dflash_core.models.target import Target
 
 
 @dataclass(slots=True)

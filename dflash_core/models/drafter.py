@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from dflash_core.attention import Attention, attend
-from dflash_core.config import DrafterConfig
-from dflash_core.kv_cache import KVCache
-from dflash_core.layers import MLP, RMSNorm, rope_tables
-from dflash_core.step import Step
+from dflash_core.models.attention import Attention, attend
+from dflash_core.models.config import DrafterConfig
+from dflash_core.models.kv_cache import KVCache
+from dflash_core.models.layers import MLP, RMSNorm, rope_tables
+from dflash_core.models.step import Step
 
 
 class DraftLayer(nn.Module):

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
-from dflash_core.drafter import Drafter
-from dflash_core.engine import Engine, EngineConfig
-from dflash_core.loader import load_drafter, load_target
-from dflash_core.proposer import DFlashProposer
-from dflash_core.target import Target
+from dflash_core.models.drafter import Drafter
+from dflash_core.models.loader import load_drafter, load_target
+from dflash_core.models.target import Target
+from dflash_core.runtime.engine import Engine, EngineConfig
+from dflash_core.speculation.proposer import DFlashProposer
 
 
 def load_models(target_dir: str | Path, drafter_dir: str | Path | None = None,
