@@ -79,20 +79,6 @@ class InProcessBackend(Backend):
             self._models = load_models(t.model_path, t.drafter_path, self.dtype, self.device)
         return self._models
 
-    def _sampling(self, workload: Workload):
-        from dflash_core import SamplingParams
-
-        # No stop tokens: every request produces exactly output_len tokens, like ignore_eos.
-        return SamplingParams(temperature=workload.temperature, max_tokens=workload.output_len,
-                              seed=self.seed)
-
-    def _closed_loop(self, engine, spec, prompts, sampling, concurrency: int,
-                     total: int) -> LevelResult:
-        import torch
-
-        with torch.inference_mode():
-            return _ClosedLoop(engine.open_batch(spec, seed=self.seed), prompts, sampling,
-                               concurrency, total).run()
 
 
 def _capture(engine, spec, workload: Workload) -> None:
@@ -105,26 +91,34 @@ def _capture(engine, spec, workload: Workload) -> None:
 
 class _EngineSession(Session):
     def __init__(self, backend: InProcessBackend, engine, spec, workload: Workload) -> None:
+        from dflash_core import SamplingParams
+
         super().__init__()
-        self.backend, self.engine, self.spec = backend, engine, spec
+        self.backend, self.engine, self.spec, self.warm = backend, engine, spec, False
         self.prompts = workload_prompts(backend.deployment.target.model_path,
                                         workload.input_len, 64, backend.seed)
-        self.sampling = backend._sampling(workload)
-        self.warm = False
+        # No stop tokens: every request produces exactly output_len tokens, like ignore_eos.
+        self.sampling = SamplingParams(temperature=workload.temperature,
+                                       max_tokens=workload.output_len, seed=backend.seed)
 
     def _level(self, concurrency: int, requests: int | None) -> Measurement:
         b = self.backend
         try:
             if not self.warm:  # first-call work (allocations, kernels) stays out of the numbers
-                b._closed_loop(self.engine, self.spec, self.prompts, self.sampling, 1,
-                               b.warmup_requests)
+                self._closed_loop(1, b.warmup_requests)
                 self.warm = True
             total = requests or b.requests_per_level or max(2 * concurrency, 8)
-            return b._closed_loop(self.engine, self.spec, self.prompts, self.sampling,
-                                  concurrency, total).measurement()
+            return self._closed_loop(concurrency, total).measurement()
         except Exception as error:
             text = f"{type(error).__name__}: {error}"
             return Measurement.failed(concurrency, classify(None, text), text)
+
+    def _closed_loop(self, concurrency: int, total: int) -> LevelResult:
+        import torch
+
+        with torch.inference_mode():
+            batch = self.engine.open_batch(self.spec, seed=self.backend.seed)
+            return _ClosedLoop(batch, self.prompts, self.sampling, concurrency, total).run()
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[str]:
         import torch

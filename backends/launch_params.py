@@ -19,10 +19,8 @@ from dflash_core.speculation.spec import METHODS as SPECULATIVE_ALGORITHMS
 from dflash_core.speculation.spec import Spec, spec_for
 
 GRAPH_LADDERS = ("pow2", "dense")
-_INTS = ("tp_size", "dp_size", "ep_size", "speculative_dflash_block_size",
-         "speculative_ddtree_budget", "speculative_ddtree_topk", "speculative_ddtree_max_depth",
-         "cuda_graph_max_bs", "max_running_requests")
-_BOOLS = ("enable_dp_attention", "cuda_graph")
+# What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
+_ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float)}
 
 
 class InvalidParams(ValueError):
@@ -64,16 +62,10 @@ class LaunchParams:
         return cls(**params)
 
     def _check_types(self) -> None:
-        wrong = [name for name in _INTS if not _is_int(getattr(self, name))]
-        wrong += [name for name in _BOOLS if not isinstance(getattr(self, name), bool)]
-        wrong += [name for name in ("speculative_algorithm", "cuda_graph_bs_ladder")
-                  if not isinstance(getattr(self, name), str)]
-        if not isinstance(self.mem_fraction_static, (int, float)) or isinstance(
-                self.mem_fraction_static, bool):
-            wrong.append("mem_fraction_static")
+        wrong = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if not _admits(f.type, getattr(self, f.name))]
         if wrong:
-            raise InvalidParams("wrongly typed parameter(s): " + ", ".join(
-                f"{name}={getattr(self, name)!r}" for name in wrong))
+            raise InvalidParams("wrongly typed parameter(s): " + ", ".join(wrong))
 
     def _check_values(self) -> None:
         if self.speculative_algorithm not in SPECULATIVE_ALGORITHMS:
@@ -169,5 +161,6 @@ def to_spec(knobs: Any, trained_block: int | None, spine: bool = False) -> Spec:
                     max_depth=min(depth, block - 1) if block else depth, spine=spine)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _admits(annotation: str, value: Any) -> bool:
+    return (isinstance(value, _ADMITS[annotation])
+            and (annotation == "bool" or not isinstance(value, bool)))

@@ -49,6 +49,7 @@ def require_engine() -> None:
     try:
         import tokenizers  # noqa: F401
         import torch  # noqa: F401
+        import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError("the engine needs its extra: pip install -e '.[engine]'") from None
 

@@ -48,16 +48,12 @@ class PerfModelBackend(Backend):
 
     @contextlib.contextmanager
     def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:
-        yield _PredictedSession(self.checked_setup(launch, workload), workload)
-
-    def checked_setup(self, launch: LaunchParams, workload: Workload) -> Setup:
-        """``setup`` with every reason it cannot launch as LaunchFailed (what a server would
-        have said)."""
+        """Every reason it cannot launch is the LaunchFailed a server would have reported."""
         with refusals():
             setup = self.setup(launch, workload)
         if setup.plan.infeasible:
             raise LaunchFailed(FailureClass.OOM, setup.plan.infeasible)
-        return setup
+        yield _PredictedSession(setup, workload)
 
     def setup(self, lp: LaunchParams, workload: Workload) -> Setup:
         """Validate ``lp`` for this deployment and fix everything but the concurrency."""
