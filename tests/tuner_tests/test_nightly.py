@@ -11,7 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from tuner.best import find_best
 from tuner.config import Config, load_config
 from tuner.nightly import run_nightly
 from tuner.nightly.compare import Reference, flag_rate, judge
-from tuner.nightly.plan import config_key, neighbours, plan
+from tuner.nightly.plan import Probe, config_key, neighbours, plan
 from tuner.runner import run_study
 from tuner.wiring import backend_from
 
@@ -37,7 +37,7 @@ class Drift(Backend):
     name = "model"
     predicts = True
 
-    def __init__(self, inner: Backend, factor: Callable[[dict], float] = lambda p: 1.0,
+    def __init__(self, inner: Backend, factor: Callable[[LaunchParams], float] = lambda p: 1.0,
                  noise: float = 0.0, seed: int = 0) -> None:
         self.inner, self.factor, self.noise = inner, factor, noise
         self.rng = random.Random(seed)
@@ -51,7 +51,7 @@ class Drift(Backend):
 
     def measure(self, launch: LaunchParams, workload: Workload) -> list[Measurement]:
         self.calls += 1
-        f = self.factor(asdict(launch)) * (1 + self.rng.gauss(0, self.noise))
+        f = self.factor(launch) * (1 + self.rng.gauss(0, self.noise))
         return [self._scaled(m, f) for m in self.inner.measure(launch, workload)]
 
     @staticmethod
@@ -263,7 +263,7 @@ def test_a_live_run_of_the_same_study_blocks_a_second_one(fresh):
 def test_a_different_configuration_winning_is_reported_with_its_flags(fresh):
     cfg = fresh()
     best = find_best(cfg, None, None)
-    incumbent = config_key(best.chosen.trial.params)
+    incumbent = config_key(best.chosen.trial.launch)
     backend = Drift(_model(cfg), lambda p: 0.8 if config_key(p) == incumbent else 1.5)
     out = run_nightly(cfg, backend=backend)
     assert out.exit_code == 1
@@ -276,7 +276,7 @@ def test_a_different_configuration_winning_is_reported_with_its_flags(fresh):
 
 def test_a_regression_says_whether_plain_decoding_slowed_too(fresh):
     cfg = fresh()
-    incumbent = config_key(find_best(cfg, None, None).chosen.trial.params)
+    incumbent = config_key(find_best(cfg, None, None).chosen.trial.launch)
     run_nightly(cfg)  # a clean night: the baseline gets a history
     alone = Drift(_model(cfg), lambda p: 0.9 if config_key(p) == incumbent else 1.0)
     assert "the baseline (no speculation) is not (+0.0%)" in "\n".join(
@@ -346,7 +346,7 @@ def test_rule_error_rates_for_ten_and_two_percent_under_three_percent_noise(hist
 def test_neighbours_change_one_knob_and_rotation_covers_them_all():
     incumbent = {"speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
                  "speculative_ddtree_budget": 16, "max_running_requests": 48}
-    near = neighbours(incumbent, max_block=8)
+    near = neighbours(Probe.of("incumbent", incumbent, 5), max_block=8)
     assert all(len({k for k in n.params if n.params[k] != incumbent.get(k)}) <= 2 for n in near)
     assert not any(n.params["speculative_dflash_block_size"] > 8 for n in near)
     seen = {p.change for r in range(len(near)) for p in plan(incumbent, 8, 5, 2, r)[2:]}

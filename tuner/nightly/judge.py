@@ -10,7 +10,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from backends.launch_params import InvalidParams
 from tuner.config import Config
 from tuner.nightly.compare import Reference
 from tuner.nightly.compare import Verdict
@@ -122,16 +121,10 @@ def _study_reference(trials: Sequence[TrialRecord], key: str, level: int,
                      name: str) -> Reference | None:
     found = [(t.trial_number, t.measurements[level][name]) for t in trials
              if t.ok and level in t.measurements and t.measurements[level].get(name)
-             and _key(t.params) == key]
+             and t.launch and config_key(t.launch) == key]
     if not found:
         return None
     numbers = ", ".join(str(n) for n, _ in found[:3])
     # Exact (no repeats to weigh): the study measured each trial once, or predicted it.
     return Reference(median([v for _, v in found]), None, f"study trial {numbers}")
 
-
-def _key(params: dict[str, Any]) -> str | None:
-    try:
-        return config_key(params)
-    except (InvalidParams, TypeError):  # an old record with a parameter we no longer know
-        return None

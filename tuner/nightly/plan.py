@@ -34,24 +34,23 @@ class Probe:
 
     @property
     def key(self) -> str:
-        return config_key(self.params)
+        return config_key(self.launch)
 
     @property
     def label(self) -> str:
         return self.launch.label()
 
 
-def canonical(params: dict[str, Any]) -> dict[str, Any]:
+def canonical(lp: LaunchParams) -> dict[str, Any]:
     """Every LaunchParams field, with knobs that do nothing in this configuration at their
     defaults, so that one configuration has one key whatever the sampler left in its dict."""
-    lp = LaunchParams.from_params(params)
     idle = [*(_SPECULATION if not lp.speculative else _TREE if not lp.is_ddtree else ()),
             *(_GRAPHS if not lp.cuda_graph else ())]
     return asdict(replace(lp, **{name: getattr(_DEFAULTS, name) for name in idle}))
 
 
-def config_key(params: dict[str, Any]) -> str:
-    text = json.dumps(canonical(params), sort_keys=True)
+def config_key(lp: LaunchParams) -> str:
+    text = json.dumps(canonical(lp), sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -85,17 +84,17 @@ def _moves(lp: LaunchParams, max_block: int) -> list[tuple[str, dict[str, Any]]]
     return moves
 
 
-def neighbours(params: dict[str, Any], max_block: int,
+def neighbours(incumbent: Probe, max_block: int,
                usable: Callable[[LaunchParams], bool] = lambda lp: True) -> list[Probe]:
-    """Valid one-knob variations of ``params`` (repeats filled in by :func:`plan`)."""
-    lp = LaunchParams.from_params(params)
-    seen = {config_key(params), config_key(baseline_of(params))}
+    """Valid one-knob variations of the incumbent (repeats filled in by :func:`plan`)."""
+    params, lp = incumbent.params, incumbent.launch
+    seen = {config_key(lp), config_key(replace(lp, **BASELINE))}
     found = []
     for change, values in _moves(lp, max_block):
         candidate = _moved(params, lp, values)
         if candidate is None or not _fits(candidate[1], max_block) or not usable(candidate[1]):
             continue
-        if (key := config_key(candidate[0])) not in seen:
+        if (key := config_key(candidate[1])) not in seen:
             seen.add(key)
             found.append(Probe(NEIGHBOUR, *candidate, 0, change))
     return found
@@ -109,7 +108,7 @@ def plan(incumbent: dict[str, Any], max_block: int, repeats: int, explore: int, 
     probes = [Probe.of(INCUMBENT, incumbent, repeats)]
     if probes[0].launch.speculative:  # else the incumbent is the baseline
         probes.append(Probe.of(BASELINE_ROLE, baseline_of(incumbent), repeats))
-    near = neighbours(incumbent, max_block, usable)
+    near = neighbours(probes[0], max_block, usable)
     fewer = max(1, (repeats + 1) // 2)  # cheaper; 3 of 5 still joins the noise pool
     for i in range(min(explore, len(near))):
         probes.append(replace(near[(rotation * explore + i) % len(near)], repeats=fewer))
