@@ -10,10 +10,13 @@ token match are measured in one run. Problems the user can fix raise ValueError 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends.engine_limits import check_fits
 from backends.launch_params import to_spec
 
 
@@ -68,8 +71,10 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
         raise ValueError("give at least one --prompt or --prompt-ids")
     trained = drafter.config.block_size if drafter else None
     spec, sampling = to_spec(req, trained, req.spine), SamplingParams(**req.sampling)
-    engine = build_engine(target, drafter, max_batch=len(prompts),
-                          max_context=max(map(len, prompts)) + sampling.max_tokens + 1,
+    max_context = max(map(len, prompts)) + sampling.max_tokens + 1
+    check_fits(target.config, drafter and drafter.config, spec, len(prompts), max_context,
+               target.lm_head.weight.element_size(), free_memory(target.lm_head.weight.device))
+    engine = build_engine(target, drafter, max_batch=len(prompts), max_context=max_context,
                           max_tree_nodes=max(spec.num_nodes, trained or 1),
                           stage_timing=req.stage_timing)
     engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off allocation costs
@@ -84,16 +89,49 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     return GenerateReport(texts, runs, same, STAGES if req.stage_timing else ())
 
 
-def build_fixtures(folder: Path | None, force: bool, progress=None):
-    """-> (folder, the build's manifest or None when the folder was complete already)."""
+def free_memory(device) -> int:
+    """Bytes the engine could still allocate on ``device`` (a torch.device)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:  # MemAvailable counts the page cache the kernel would give back
+        meminfo = Path("/proc/meminfo").read_text()
+        return int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024
+    except (OSError, IndexError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def fixtures_folder(folder: Path | None) -> Path:
+    """The folder `fixtures build` builds into: ``folder``, else $DFLASH_TUNE_PAIR, else the
+    shipped one (dflash_core.training.pair.default_pair_dir)."""
+    from dflash_core.training.pair import default_pair_dir
+
+    return Path(folder) if folder else default_pair_dir()
+
+
+def build_fixtures(folder: Path, force: bool, progress=None):
+    """-> the build's manifest, or None when ``folder`` was complete already. A folder that
+    cannot be written is a ValueError before anything is trained (the build takes minutes)."""
     require_engine()
     from dflash_core.training.build import build_pair
-    from dflash_core.training.pair import default_pair_dir, is_complete
+    from dflash_core.training.pair import is_complete
 
-    folder = folder or default_pair_dir()
     if is_complete(folder) and not force:
-        return folder, None
-    return folder, build_pair(folder, progress=progress)
+        return None
+    check_writable(folder)
+    return build_pair(folder, progress=progress)
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and a file in it, or raise ValueError saying why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(folder) else ""
+        raise ValueError(f"cannot build into {folder}: {err.strerror or err}{where}; give a "
+                         "writable folder with --out") from None
 
 
 def _parse_ids(text: str) -> list[int]:

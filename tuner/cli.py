@@ -153,8 +153,7 @@ def dashboard(config: ConfigOpt = None, study: StudyOpt = None, storage: Storage
     from tuner.dashboard import write_report
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
-    if serve:
-        render.note(f"serving http://{host}:{port}/ (Ctrl-C stops)")
+    if serve:  # serve_report says where it serves once the port answers
         serve_report(cfg.study.storage, cfg.study.name, host=host, port=port, refresh_s=refresh)
     else:
         render.emit(str(write_report(cfg.study.storage, cfg.study.name, out)))

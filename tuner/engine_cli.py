@@ -87,10 +87,15 @@ def fixtures_build(
         force: Annotated[bool, typer.Option(help="Rebuild even if the folder is complete.")]
         = False) -> None:
     """Build the pair from scratch (stdlib corpus, tokenizer, target, drafter; fixed seeds)."""
-    from backends.local_engine import build_fixtures
+    from backends.local_engine import build_fixtures, fixtures_folder
 
-    with render.stage_progress() as progress:
-        folder, manifest = build_fixtures(out, force, progress)
+    folder = fixtures_folder(out)
+    try:
+        with render.stage_progress() as progress:
+            manifest = build_fixtures(folder, force, progress)
+    except KeyboardInterrupt:
+        render.note(f"interrupted: {folder} was not (re)built; run again to build it", "yellow")
+        raise typer.Exit(130) from None
     if manifest is None:
         render.note(f"{folder} is complete; --force rebuilds it")
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -51,18 +52,40 @@ def trial_progress(total: int, already: int, what: str = "trials") -> Iterator[A
 
 @contextmanager
 def stage_progress() -> Iterator[Any]:
-    """One bar per named stage; the callback takes (stage, step, total, loss)."""
+    """One bar per named stage; the callback takes (stage, step, total, loss or None). Off a
+    terminal (a log, a pipe, CI) a bar would show nothing until the end, so each stage prints
+    plain lines instead: its first and last step and one every PLAIN_EVERY_S seconds."""
+    if not human.is_terminal:
+        yield _plain_stages()
+        return
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn())
     with Progress(*columns, console=human, transient=False) as bar:
         tasks: dict[str, Any] = {}
 
-        def update(stage: str, step: int, total: int, loss: float) -> None:
+        def update(stage: str, step: int, total: int, loss: float | None) -> None:
             if stage not in tasks:
                 tasks[stage] = bar.add_task(stage, total=total, loss="-")
-            bar.update(tasks[stage], completed=step, loss=f"{loss:.3f}")
+            bar.update(tasks[stage], completed=step, loss="-" if loss is None else f"{loss:.3f}")
 
         yield update
+
+
+PLAIN_EVERY_S = 10.0
+
+
+def _plain_stages() -> Any:
+    began, printed = time.monotonic(), {}  # stage -> when its last line was printed
+
+    def update(stage: str, step: int, total: int, loss: float | None) -> None:
+        now = time.monotonic()
+        if stage in printed and step < total and now - printed[stage] < PLAIN_EVERY_S:
+            return
+        printed[stage] = now
+        loss_text = "" if loss is None else f" loss {loss:.3f}"
+        note(f"{stage} {step}/{total}{loss_text} {now - began:.0f}s")
+
+    return update
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

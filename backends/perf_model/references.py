@@ -32,26 +32,65 @@ def reference_names() -> list[str]:
 
 
 def load_reference(name_or_path: str) -> Reference:
+    """A shipped reference by name, or a reference YAML file (format: docs/CALIBRATE.md). A file
+    that is not one is a ValueError of one line naming the file and what is wrong."""
     path = Path(name_or_path)
     if not path.is_file():
         path = _DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no reference {name_or_path!r}; shipped: {reference_names()}")
-    raw = yaml.safe_load(path.read_text())
-    dep = raw["deployment"]
+    raw = _read_yaml(path)
+    try:
+        return _parse(raw)
+    except KeyError as err:
+        raise ValueError(f"{path}: missing key {err.args[0]!r} (format: docs/CALIBRATE.md)") \
+            from None
+    except (TypeError, AttributeError, ValueError) as err:  # ValueError: InvalidParams, ...
+        raise ValueError(f"{path}: {err} (format: docs/CALIBRATE.md)") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"{path}: not valid YAML: {getattr(err, 'problem', None) or err}"
+                         f"{where}") from None
+    if not isinstance(raw, dict):
+        what = "is empty" if raw is None else f"holds a {type(raw).__name__}, not a mapping"
+        raise ValueError(f"{path} {what}: a reference needs deployment, workload and "
+                         "observations (format: docs/CALIBRATE.md)")
+    for key, kind in (("deployment", dict), ("workload", dict), ("observations", list)):
+        if not isinstance(raw.get(key), kind) or not raw[key]:
+            raise ValueError(f"{path}: {key} must be a non-empty "
+                             f"{'mapping' if kind is dict else 'list'} (format: docs/CALIBRATE.md)")
+    return raw
+
+
+def _parse(raw: dict[str, Any]) -> Reference:
+    dep = dict(raw["deployment"])
     drafter = dep.pop("drafter", None)
     deployment = Deployment(
         **dep, target=LaunchTarget(model_path="/models/target", drafter_path="/models/drafter"),
         drafter=drafter and DrafterSpec(**_tuples(drafter)))
     wl = raw["workload"]
     workload = Workload(wl["input_len"], wl["output_len"], tuple(wl["concurrency"]))
-    defaults = raw.get("defaults", {})
-    observations = tuple(
-        Observation(o["name"], LaunchParams.from_params({**defaults, **o.get("params", {})}),
-                    o["at"],
-                    float(o["output_tok_s"]))
-        for o in raw["observations"])
+    defaults = raw.get("defaults") or {}
+    observations = tuple(_observation(o, defaults, workload) for o in raw["observations"])
     return Reference(deployment, workload, observations)
+
+
+def _observation(o: Any, defaults: dict[str, Any], workload: Workload) -> Observation:
+    if not isinstance(o, dict):
+        raise ValueError(f"each observation must be a mapping (name, at, output_tok_s, "
+                         f"params), got {o!r}")
+    if o["at"] != PEAK and o["at"] not in workload.concurrency:
+        raise ValueError(f"observation {o['name']!r}: at must be {PEAK!r} or one of the "
+                         f"workload's concurrency levels {list(workload.concurrency)}, "
+                         f"got {o['at']!r}")
+    params = LaunchParams.from_params({**defaults, **(o.get("params") or {})})
+    return Observation(o["name"], params, o["at"], float(o["output_tok_s"]))
 
 
 def model_predictor(deployment: Deployment) -> Predictor:

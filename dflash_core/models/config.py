@@ -35,6 +35,8 @@ class ModelConfig:
     mlp_only_layers: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if min(self.vocab_size, self.hidden_size, self.num_hidden_layers) < 1:
+            raise CheckpointError("vocab_size, hidden_size and num_hidden_layers must be >= 1")
         if min(self.num_attention_heads, self.num_key_value_heads, self.head_dim) < 1:
             raise CheckpointError("attention heads, kv heads and head_dim must be >= 1")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -58,6 +60,7 @@ class ModelConfig:
             kwargs = {name: raw[name] for name in _REQUIRED}
         except KeyError as missing:
             raise CheckpointError(f"config.json lacks {missing.args[0]!r}") from None
+        check_types(raw)
         kwargs["head_dim"] = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
         kwargs.update({k: raw[k] for k in _OPTIONAL if raw.get(k) is not None})
         # transformers v5 moved rope_theta under rope_parameters; a silent default would be wrong.
@@ -94,6 +97,35 @@ _OPTIONAL = (
 )
 
 
+# What each config.json field must hold: JSON gives strings, floats and booleans as easily as
+# integers, and a wrong one would otherwise fail deep inside model construction.
+_KINDS = {**dict.fromkeys(_REQUIRED + ("head_dim", "num_experts", "num_experts_per_tok",
+                                       "moe_intermediate_size", "decoder_sparse_step",
+                                       "block_size", "mask_token_id", "num_target_layers"),
+                                      "an integer"),
+          "rms_norm_eps": "a number", "rope_theta": "a number",
+          "tie_word_embeddings": "true or false", "norm_topk_prob": "true or false",
+          "mlp_only_layers": "a list of integers", "target_layer_ids": "a list of integers"}
+
+
+def check_types(raw: dict[str, Any]) -> None:
+    """A CheckpointError naming the first field of ``raw`` whose value has the wrong type
+    (null counts as absent)."""
+    for name, kind in _KINDS.items():
+        value = raw.get(name)
+        if value is not None and not _is_kind(value, kind):
+            raise CheckpointError(f"config.json: {name} must be {kind}, got {value!r}")
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "a list of integers":
+        return isinstance(value, list) and all(_is_kind(v, "an integer") for v in value)
+    types = int if kind == "an integer" else (int, float)
+    return isinstance(value, types) and not isinstance(value, bool)
+
+
 @dataclass(slots=True)
 class DrafterConfig:
     """A DFlash drafter: Qwen3-style layers plus the fields that tie it to its target."""
@@ -113,6 +145,9 @@ class DrafterConfig:
     def from_dict(cls, raw: dict[str, Any]) -> DrafterConfig:
         layers = ModelConfig.from_dict(raw)
         dflash = raw.get("dflash_config") or {}
+        if not isinstance(dflash, dict):
+            raise CheckpointError(f"config.json: dflash_config must be an object, got {dflash!r}")
+        check_types(dflash)
         if "block_size" not in raw or "mask_token_id" not in dflash:
             raise CheckpointError("drafter config.json needs block_size and dflash_config.mask_token_id")
         layer_ids = dflash.get("target_layer_ids") or default_target_layers(

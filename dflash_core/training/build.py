@@ -28,7 +28,7 @@ from dflash_core.training.optim import Schedule, init_weights
 from dflash_core.training.target_train import held_out_loss, sample_windows, train_target
 from dflash_core.training.tokenizer import MASK, encode_files, train_tokenizer
 
-Progress = Callable[[str, int, int, float], None]  # stage, step, total, loss
+Progress = Callable[[str, int, int, float | None], None]  # stage, step, total, loss
 
 
 @dataclass(slots=True)
@@ -70,7 +70,8 @@ def build_pair(out: str | Path, recipe: Recipe | None = None,
     torch.manual_seed(recipe.seed)
     corpus = load_corpus(recipe.corpus_chars)
     tokenizer = train_tokenizer(corpus.train, recipe.vocab_size)
-    train_ids = torch.tensor(encode_files(tokenizer, corpus.train))
+    _report(progress, "tokenizer", 1, 1)
+    train_ids = torch.tensor(_encode(tokenizer, corpus.train, progress))
     held_ids = torch.tensor(encode_files(tokenizer, corpus.held_out))
     timings["corpus_and_tokenizer_s"] = time.perf_counter() - began
 
@@ -88,7 +89,9 @@ def build_pair(out: str | Path, recipe: Recipe | None = None,
     _save(out, target, drafter, tokenizer, prompts, recipe.save_dtype)
     manifest = _manifest(recipe, target_losses, drafter_losses, timings,
                          held_out_loss(target, held_ids, recipe.target_schedule.seq_len))
+    _report(progress, "acceptance", 0, 1)
     manifest["acceptance"] = acceptance_report(out)
+    _report(progress, "acceptance", 1, 1)
     manifest["build_seconds"] = round(time.perf_counter() - began, 1)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
@@ -98,7 +101,9 @@ def _drafter(recipe: Recipe, target: Target, train_ids: torch.Tensor, tokenizer,
              progress: Progress | None) -> tuple[Drafter, list[float]]:
     windows = sample_windows(train_ids, recipe.prompts, recipe.prompt_len,
                              torch.Generator().manual_seed(recipe.seed + 1))
+    _report(progress, "regenerate", 0, 1)
     data = regenerate(target, windows, recipe.response_len, recipe.taps)
+    _report(progress, "regenerate", 1, 1)
     config = DrafterConfig(recipe.layer_config(recipe.drafter_layers), recipe.block_size,
                            list(recipe.taps), tokenizer.token_to_id(MASK))
     drafter = Drafter(config)
@@ -135,6 +140,24 @@ def _manifest(recipe: Recipe, target_losses: list[float], drafter_losses: list[f
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
+
+
+def _encode(tokenizer, texts: list[str], progress: Progress | None,
+            files_per_call: int = 32) -> list[int]:
+    """``encode_files`` a few files per call: the same ids, and Ctrl-C (which Python sees only
+    between calls into the tokenizer's native code) is seen within a fraction of a second
+    instead of after the whole corpus."""
+    ids: list[int] = []
+    chunks = range(0, len(texts), files_per_call)
+    for done, start in enumerate(chunks, 1):
+        ids += encode_files(tokenizer, texts[start:start + files_per_call])
+        _report(progress, "encode", done, len(chunks))
+    return ids
+
+
+def _report(progress: Progress | None, stage: str, step: int, total: int) -> None:
+    if progress is not None:
+        progress(stage, step, total, None)
 
 
 def _stage(progress: Progress | None, name: str, total: int):

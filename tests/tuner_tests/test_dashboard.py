@@ -3,6 +3,7 @@ real headless Chromium."""
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import io
 import json
@@ -155,10 +156,10 @@ def test_study_with_only_failures_still_reports(tmp_path):
     assert "needs at least 2 successful trials" in report
 
 
-def test_nightly_history_shows_this_studys_runs_oldest_first(tmp_path, studied):
-    """Runs written by tuner.nightly's own records functions, one of another study."""
-    shutil.copy(studied[0].removeprefix("sqlite:///"), tmp_path / "results.db")
-    url = f"sqlite:///{tmp_path / 'results.db'}"
+def _with_nightly_runs(url: str, folder: Path) -> str:
+    """A copy of the study's DB with two nightly runs of the study and one of another."""
+    shutil.copy(url.removeprefix("sqlite:///"), folder / "results.db")
+    url = f"sqlite:///{folder / 'results.db'}"
     engine = records.connect(url)
     for study, status, value in ((HOSTILE, "ok", 999.0), (HOSTILE, "regression", 998.0),
                                  ("other", "ok", 1.0)):
@@ -166,7 +167,13 @@ def test_nightly_history_shows_this_studys_runs_oldest_first(tmp_path, studied):
                                    "output_tok_s@128", {"host": "h", "driver": "580.1"}, 1, False)
         nightly.finish_run(engine, run_id, status, HOSTILE_LOG, median=value, mad=3.0,
                            n_repeats=5, baseline_median=500.0)
-    history = load_nightly(engine, HOSTILE)
+    return url
+
+
+def test_nightly_history_shows_this_studys_runs_oldest_first(tmp_path, studied):
+    """Runs written by tuner.nightly's own records functions, one of another study."""
+    url = _with_nightly_runs(studied[0], tmp_path)
+    history = load_nightly(records.connect(url), HOSTILE)
     assert [r["median"] for r in history.rows] == [999.0, 998.0]
     assert history.metrics == ["median", "mad", "baseline_median"]  # no reference yet
     assert "fingerprint_json" not in history.columns and "status" in history.columns
@@ -235,6 +242,93 @@ def test_serve_report_listens_on_localhost_until_stopped(studied):
     assert f"http://127.0.0.1:{port}/" in err
 
 
+def _get_as(port: int, host_header: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest("GET", "/", skip_host=True)
+        conn.putheader("Host", host_header)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_served_report_answers_only_under_its_own_names(studied):
+    """DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 sends
+    `Host: evil.example:PORT`; it must not get the report."""
+    server = make_server(studied[0], HOSTILE, port=0, refresh_s=3600)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        for ok in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}"):
+            assert _get_as(port, ok) == 200, ok
+        for refused in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{port + 1}",
+                        "127.0.0.1", f"10.0.0.1:{port}", ""):
+            assert _get_as(port, refused) == 403, refused
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dashboard(folder: Path, storage: str, *args: str) -> list[str]:
+    config = write_config(folder, study={"storage": storage, "name": HOSTILE})
+    return [sys.executable, "-m", "tuner", "dashboard", "-c", str(config), *args]
+
+
+def test_dashboard_serve_says_serving_once_and_only_when_the_port_answers(studied, tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen(_dashboard(tmp_path, studied[0], "--serve", "--port", str(port)),
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any("serving" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, "".join(lines)  # the process ended without saying it serves
+            lines.append(line)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # answers the moment it says so (before the fix: refused for ~12 s)
+        assert _get(f"http://127.0.0.1:{port}/")[0] == 200
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=30)[1]
+    assert "".join(lines + [rest]).count("serving") == 1
+    assert f"http://127.0.0.1:{port}/" in lines[-1]
+
+
+def test_dashboard_serve_on_a_busy_port_is_one_line(studied, tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = subprocess.run(_dashboard(tmp_path, studied[0], "--serve", "--port", str(port)),
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in run.stderr
+    assert "--port" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("where", ["directory", "read-only folder", "file in the way"])
+def test_dashboard_out_that_cannot_be_written_is_one_line(studied, tmp_path, where):
+    from unwritable import unwritable_folder
+
+    (tmp_path / "a-file").write_text("x")
+    out = {"directory": tmp_path,
+           "read-only folder": unwritable_folder(tmp_path) / "report.html",
+           "file in the way": tmp_path / "a-file" / "report.html"}[where]
+    run = subprocess.run(_dashboard(tmp_path, studied[0], "--out", str(out)), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and str(out) in run.stderr, run.stderr
+    assert ("is a directory" if where == "directory" else "cannot write") in run.stderr
+    assert run.stdout == "" and not list(tmp_path.glob(".*.tmp"))
+
+
 def test_our_tables_do_not_break_optuna_or_optuna_dashboard(studied):
     url = studied[0]
     study = optuna.load_study(study_name=HOSTILE, storage=url)
@@ -266,9 +360,13 @@ addEventListener("load", () => setTimeout(() => { const p = document.createEleme
 }, 500));</script>"""
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium or chromium-browser on PATH")
-def test_headless_chromium_renders_every_plot_without_console_errors(studied, tmp_path):
-    _, report = studied
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium or chromium-browser on PATH "
+                    "(.ci/run installs Debian's chromium)")
+def test_headless_chromium_draws_the_plot_of_every_section_without_console_errors(
+        studied, tmp_path):
+    report = write_report(_with_nightly_runs(studied[0], tmp_path), HOSTILE,
+                          tmp_path / "r.html").read_text()
+    assert _figures(report) == set(SECTIONS)  # with nightly runs, every section has a plot
     page = tmp_path / "probe.html"
     page.write_text(report.replace("<head>", "<head>" + _ERROR_PROBE, 1))
     result = subprocess.run(
@@ -280,9 +378,16 @@ def test_headless_chromium_renders_every_plot_without_console_errors(studied, tm
     assert errors, result.stderr[-2000:]
     assert json.loads(errors.group(1).replace("&quot;", '"')) == []
     assert "Uncaught" not in result.stderr
-    for anchor in _figures(report):
-        block = dom[dom.index(f'id="fig-{anchor}"'):]
-        assert 'class="main-svg"' in block[:20000], anchor
+    for anchor in SECTIONS:
+        drawn = _section(dom, anchor)
+        # plotly's own markup once it has drawn: its SVG root, and a group per plotted trace
+        assert drawn.count('class="main-svg"') >= 1, anchor
+        assert len(re.findall(r'class="trace[ "]', drawn)) >= 1, anchor
+
+
+def _section(dom: str, anchor: str) -> str:
+    start = dom.index(f'<section id="{anchor}">')
+    return dom[start:dom.index("</section>", start)]
 
 
 def test_dashboard_command_writes_the_report_and_prints_its_path(tmp_path):

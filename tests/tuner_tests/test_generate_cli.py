@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,3 +55,28 @@ def test_generate_errors_are_one_line(checkpoints, tmp_path, args, message):
 def test_generate_refuses_a_missing_checkpoint(tmp_path):
     run = cli("generate", "--target", str(tmp_path / "nope"), "--prompt-ids", "1", cwd=tmp_path)
     assert run.returncode == 2 and "config.json not found" in run.stderr
+
+
+def test_generate_refuses_a_checkpoint_config_field_of_the_wrong_type(checkpoints, tmp_path):
+    target = tmp_path / "target"
+    shutil.copytree(checkpoints / "target", target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "hidden_size": "big"}))
+    run = cli("generate", "--target", str(target), "--prompt-ids", "1,2", cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "hidden_size must be an integer, got 'big'" in run.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    # Before the check, this tree grew the process past 8 GB before anything was said.
+    (["--budget", "100000"], ("--budget 100000 is past the largest tree the engine verifies, "
+                              "1024 nodes")),
+    (["--budget", "16", "--max-tokens", "1000000000"], "GB are free: lower --budget, --width"),
+])
+def test_generate_refuses_a_tree_or_context_the_engine_cannot_allocate(checkpoints, tmp_path,
+                                                                      args, message):
+    run = cli("generate", "--target", str(checkpoints / "target"), "--drafter",
+              str(checkpoints / "drafter"), "--prompt-ids", "1,2,3", "--method", "ddtree", *args,
+              cwd=tmp_path, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert message in run.stderr

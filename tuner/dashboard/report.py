@@ -31,13 +31,38 @@ def write_report(storage_url: str, study_name: str, out_path: str | os.PathLike,
                  refresh_s: int | None = None) -> Path:
     """Write the report of ``study_name`` to ``out_path`` and return the path. The file is
     replaced atomically, so a browser or ``serve_report`` never reads half of it.
-    Raises NoResultError when the DB or the study does not exist."""
+    Raises NoResultError when the DB or the study does not exist, ValueError when ``out_path``
+    cannot be written (checked before the report is built)."""
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(build_report(storage_url, study_name, refresh_s), encoding="utf-8")
-    tmp.replace(out)
+    tmp = _writable_tmp(out)
+    try:
+        tmp.write_text(build_report(storage_url, study_name, refresh_s), encoding="utf-8")
+        tmp.replace(out)
+    except OSError as err:
+        raise _unwritable(out, err) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
+
+
+def _writable_tmp(out: Path) -> Path:
+    """The temporary file beside ``out`` the report goes to, created now: a directory or an
+    unwritable place fails in a second, not after the report was built."""
+    if out.is_dir():
+        raise ValueError(f"{out} is a directory; give the report a file name, e.g. "
+                         f"{out / 'report.html'}")
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+    except OSError as err:
+        raise _unwritable(out, err) from None
+    return tmp
+
+
+def _unwritable(out: Path, err: OSError) -> ValueError:
+    where = f" ({err.filename})" if err.filename and str(err.filename) != str(out) else ""
+    return ValueError(f"cannot write the report to {out}: {err.strerror or err}{where}")
 
 
 def build_report(storage_url: str, study_name: str, refresh_s: int | None = None) -> str:

@@ -3,10 +3,16 @@
 The stdlib server is enough: one page for a handful of readers. The page reloads itself every
 ``refresh_s`` seconds; a reload rebuilds the report only when the DB changed (new trials, a
 nightly run) or the cached copy is ``refresh_s`` old, so idle readers cost one cheap query.
+
+Requests are answered only under the names the server is reached by (the bound host, localhost,
+127.0.0.1, with the port): a page on another site whose DNS name is rebound to 127.0.0.1 sends its
+own name as ``Host`` and is refused, so it cannot read the report from the user's browser.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +28,8 @@ from tuner import render
 from tuner.dashboard.nightly import TABLE as NIGHTLY_TABLE
 from tuner.dashboard.page import esc
 from tuner.dashboard.report import build_report
+
+WILDCARDS = {"0.0.0.0", ""}  # bound to every interface
 
 
 @dataclass(slots=True)
@@ -83,13 +91,18 @@ class ReportCache:
 
 def make_server(storage_url: str, study: str, host: str = "127.0.0.1", port: int = 8050,
                 refresh_s: int = 30) -> ThreadingHTTPServer:
-    """A server for the report, not yet serving; the report is built once first, so a missing
-    DB or study raises NoResultError here. ``port=0`` picks a free port
-    (``server.server_address`` says which)."""
-    cache = ReportCache.primed(storage_url, study, max(1, refresh_s))
+    """A server for the report, listening but not yet serving. The port is taken first (a busy
+    one is a ValueError before any work), then the report is built once, so a missing DB or study
+    raises NoResultError here. ``port=0`` picks a free port (``server.server_address`` says
+    which)."""
+    names: set[str] = set()  # the Host names to answer, known once the port is bound
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if not host_allowed(self.headers.get("Host", ""), names, bound_port):
+                self.send_error(403, "Host not allowed", "The report answers only under the "
+                                f"name it listens on (http://{host}:{bound_port}/).")
+                return
             if self.path.split("?")[0] not in ("/", "/index.html"):
                 self.send_error(404)
                 return
@@ -104,12 +117,53 @@ def make_server(storage_url: str, study: str, host: str = "127.0.0.1", port: int
         def log_message(self, *args: Any) -> None:  # one line per reload would drown the console
             pass
 
-    return ThreadingHTTPServer((host, port), Handler)
+    server = _bound(Handler, host, port)
+    bound_port = server.server_address[1]
+    names.update({host.lower(), "localhost", "127.0.0.1"})
+    try:
+        cache = ReportCache.primed(storage_url, study, max(1, refresh_s))
+        server.server_activate()  # listen: from here on the port answers
+    except BaseException:
+        server.server_close()
+        raise
+    return server
+
+
+def host_allowed(header: str, names: set[str], port: int) -> bool:
+    """Whether a request's ``Host`` header names this server: one of ``names`` with the port
+    (a bare name only on port 80). A server bound to every interface (0.0.0.0) also answers to
+    any IP address: a literal address cannot be rebound, only a DNS name can."""
+    name, sep, given = header.rpartition(":")
+    if not sep or name.endswith(":"):  # no port, or an IPv6 literal without brackets
+        name, given = header, "80"
+    if given != str(port) or not name:
+        return False
+    return name.lower() in names or (bool(WILDCARDS & names) and _is_ip(name))
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _bound(handler: type[BaseHTTPRequestHandler], host: str, port: int) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), handler, bind_and_activate=False)
+    try:
+        server.server_bind()
+    except OSError as err:  # a busy port, a privileged one, a host name that does not resolve
+        server.server_close()
+        hint = "; pick another with --port" if err.errno == errno.EADDRINUSE else ""
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}{hint}") from None
+    return server
 
 
 def serve_report(storage_url: str, study: str, host: str = "127.0.0.1", port: int = 8050,
                  refresh_s: int = 30) -> None:
-    """Serve the report at http://host:port/ until interrupted (Ctrl-C returns normally)."""
+    """Serve the report at http://host:port/ until interrupted (Ctrl-C returns normally). The
+    "serving" line is printed once the port answers."""
     server = make_server(storage_url, study, host, port, refresh_s)
     bound_host, bound_port = server.server_address[:2]
     render.note(f"serving the report of {study!r} on http://{bound_host}:{bound_port}/ "

@@ -1,0 +1,76 @@
+"""What an engine will allocate for a speculation setting, worked out from the model configs
+before it allocates anything, so that `--budget 100000` is refused with a sentence instead of
+growing until the machine runs out of memory.
+
+The estimate follows the engine's own tensors: the static KV caches (target and drafter,
+`max_batch x (max_context + nodes)` slots each), and one verify round's temporaries, which grow
+with the tree's node count N = budget + 1: the reference attention's fp32 scores over the prefix
+and the tree, the LM head's logits, the tree's ancestor mask and its candidate sort. It is an
+upper-bound style estimate (temporaries summed although not all live at once), good to a small
+factor, which is all a refusal needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from backends.flags.dflash import FLAGS
+
+# A verify of more tokens than the longest context costs more than prefilling that context;
+# past this many nodes a tree can no longer pay for itself (trees worth tuning hold tens to
+# hundreds of nodes). The floor keeps short test prompts from being refused.
+MIN_BUDGET_CAP = 1024
+FP32, INT64 = 4, 8
+GB = 1e9
+
+
+@dataclass(slots=True, frozen=True)
+class Allocation:
+    """Bytes an engine needs: its KV caches, and one verify round's temporaries."""
+
+    kv_cache: int
+    verify: int
+
+    @property
+    def total(self) -> int:
+        return self.kv_cache + self.verify
+
+
+def estimate(target: Any, drafter: Any | None, spec: Any, batch: int, max_context: int,
+             elem_bytes: int) -> Allocation:
+    """``target``: a ModelConfig; ``drafter``: a DrafterConfig or None; ``spec``: a Spec."""
+    nodes = spec.num_nodes
+    slots = batch * (max_context + nodes)  # cache rows x capacity
+    kv = _kv_bytes(target, slots, elem_bytes)
+    if drafter is not None:
+        kv += _kv_bytes(drafter.layers, slots, elem_bytes)
+    width = min(spec.topk or spec.budget, spec.budget, target.vocab_size)
+    scores = 2 * FP32 * batch * target.num_attention_heads * nodes * (max_context + nodes)
+    logits = FP32 * batch * nodes * target.vocab_size
+    tree = batch * (2 * nodes * nodes + 3 * INT64 * nodes * width)  # ancestor mask, candidates
+    return Allocation(kv, scores + logits + tree)
+
+
+def _kv_bytes(cfg: Any, slots: int, elem_bytes: int) -> int:
+    return 2 * cfg.num_hidden_layers * slots * cfg.num_key_value_heads * cfg.head_dim * elem_bytes
+
+
+def check_fits(target: Any, drafter: Any | None, spec: Any, batch: int, max_context: int,
+               elem_bytes: int, free_bytes: int) -> None:
+    """A ValueError naming the option to lower when the tree budget is past the cap, or the
+    engine would need more memory than ``free_bytes``."""
+    cap = max(MIN_BUDGET_CAP, max_context)
+    budget_flag, width_flag = FLAGS["speculative_ddtree_budget"], FLAGS["speculative_ddtree_topk"]
+    if spec.method == "ddtree" and spec.budget > cap:
+        raise ValueError(f"{budget_flag} {spec.budget} is past the largest tree the engine "
+                         f"verifies, {cap} nodes (the larger of {MIN_BUDGET_CAP} and the longest "
+                         f"context, {max_context} tokens): a bigger verify costs more than "
+                         "prefilling the whole context")
+    need = estimate(target, drafter, spec, batch, max_context, elem_bytes)
+    if need.total > free_bytes:
+        tree = f"{budget_flag}, {width_flag}, " if spec.method == "ddtree" else ""
+        raise ValueError(f"the engine would need about {need.total / GB:.1f} GB (KV cache "
+                         f"{need.kv_cache / GB:.1f} GB, one verify round {need.verify / GB:.1f} "
+                         f"GB) and {free_bytes / GB:.1f} GB are free: lower {tree}the prompts "
+                         "or --max-tokens")
