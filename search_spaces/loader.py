@@ -51,29 +51,51 @@ def _resolve(path_or_name: str | Path) -> Path:
     return path
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys: PyYAML would silently keep the last one."""
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if not isinstance(key, Hashable):
-            continue  # construct_mapping reports it
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
+class _DuplicateKey(yaml.YAMLError):
+    pass
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice (PyYAML keeps the last one silently) with a
+    ``field.path: duplicate key`` line. ``tuner.config_file`` has its twin for ``tuner.yaml``:
+    it cannot import this package, which imports Optuna."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        self._check(node, (), set())
+        return self.construct_document(node)
+
+    def _check(self, node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
+        if id(node) in seen:  # an alias: checked where its anchor is
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._check(item, (*path, str(i)), seen)
+        if not isinstance(node, yaml.MappingNode):
+            return
+        keys: set[Hashable] = set()
+        for key_node, value in node.value:
+            # Plain keys by value (`on` and `true` are one key); merge and complex keys are
+            # checked by construction itself.
+            plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag != MERGE_TAG
+            key = self.construct_object(key_node) if plain else None
+            if key is not None and key in keys:
+                where = ".".join((*path, str(key)))
+                raise _DuplicateKey(f"{where}: duplicate key (line {key_node.start_mark.line + 1})")
+            keys.add(key)
+            self._check(value, path if key is None else (*path, str(key)), seen)
 
 
 def _parse_yaml(text: str, path: Path) -> Any:
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except _DuplicateKey as e:
+        raise SpaceError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise SpaceError(f"{path}: invalid YAML: {e}") from None

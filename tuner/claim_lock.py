@@ -92,8 +92,16 @@ def claim_lock(url: str, name: str) -> ClaimLock:
         # The DB's folder, whatever the name: it leaves no lock file behind, and SQLite's own
         # locks (fcntl, on the DB file) are untouched. It is coarse, but the locks never nest and
         # are held for milliseconds.
-        return _FolderLock(Path(os.path.realpath(parsed.database)).parent)
+        return _FolderLock(Path(os.path.realpath(_sqlite_path(parsed))).parent)
     return ClaimLock()
+
+
+def _sqlite_path(parsed: sa.URL) -> str:
+    """The file of a SQLite URL, also in its URI form (``sqlite:///file:PATH?mode=ro&uri=true``)."""
+    path = parsed.database or ""
+    if parsed.query.get("uri") == "true" and path.startswith("file:"):
+        return path[len("file:"):]
+    return path
 
 
 def _key(name: str) -> int:

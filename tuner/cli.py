@@ -25,6 +25,26 @@ ConfigOpt = Annotated[Path | None, typer.Option(
 StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (overrides the file).")]
 StorageOpt = Annotated[str | None, typer.Option(
     "--storage", help="SQLAlchemy URL of the results DB, e.g. sqlite:///results.db.")]
+DEBUG_ENV = "DFLASH_TUNE_DEBUG"  # "1": tracebacks instead of one-line errors, as --debug
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from tuner.version import package_version
+
+        render.emit(f"dflash-tune {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+                 "--version", is_eager=True, callback=_show_version,
+                 help="Print the version and exit.")] = False,
+             debug: Annotated[bool, typer.Option(
+                 "--debug", help=f"Show tracebacks instead of one-line errors (or {DEBUG_ENV}=1)."
+             )] = False) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"  # also what servers this run starts inherit
 
 
 class OutputFormat(str, Enum):
@@ -205,7 +225,7 @@ def main() -> None:
 
 
 def _fail(err: Exception, code: int) -> None:
-    if os.environ.get("DFLASH_TUNE_DEBUG") == "1":
+    if os.environ.get(DEBUG_ENV) == "1":
         raise err
     for line in str(err).splitlines() or [type(err).__name__]:
         render.error(line)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel
 from pydantic import ConfigDict
 from pydantic import Field
@@ -18,14 +17,18 @@ from pydantic import ValidationError
 from pydantic import field_validator
 from pydantic import model_validator
 
+from tuner.config_checks import catalog_problems
+from tuner.config_file import read_config_yaml
 from tuner.errors import ConfigError
 from tuner.sla import Limit
+from tuner.storage import url_problem
 
 SAMPLERS = ("tpe", "random", "nsga2")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: YAML's `true` is no integer (pydantic would read 1) and "8" is no number.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StudyConfig(_Section):
@@ -48,7 +51,11 @@ class StudyConfig(_Section):
         # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; the `postgres` extra installs
         # psycopg2, so that is what the bare form means here (name a driver to pick another).
         bare = "postgresql://"
-        return "postgresql+psycopg2://" + url[len(bare):] if url.startswith(bare) else url
+        url = "postgresql+psycopg2://" + url[len(bare):] if url.startswith(bare) else url
+        problem = url_problem(url)  # syntax, dialect and driver: what needs no connection
+        if problem:
+            raise ValueError(problem)
+        return url
 
 
 class HardwareConfig(_Section):
@@ -207,30 +214,23 @@ class Config(_Section):
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read ``path`` (or the embedded defaults when None), apply dotted-key CLI overrides."""
-    raw = _read_yaml(path) if path is not None else {}
+    """Read ``path`` (or the embedded defaults when None), apply dotted-key CLI overrides.
+
+    Every problem is reported at once: schema errors and names the catalogs lack."""
+    raw = read_config_yaml(path) if path is not None else {}
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(raw, dotted, value)
     try:
-        return Config.model_validate(raw)
+        cfg, errors = Config.model_validate(raw), []
     except ValidationError as err:
+        cfg, errors = None, err.errors()
+    lines = [f"{_loc(e['loc'])}: {_message(e)}" for e in errors]
+    lines += catalog_problems(raw, Config(), {_loc(e["loc"]) for e in errors})
+    if lines:
         where = f"{path}: " if path else ""
-        raise ConfigError([f"{where}{_loc(e['loc'])}: {e['msg']}" for e in err.errors()]) from err
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError as err:
-        raise ConfigError([f"{path}: no such config file"]) from err
-    except yaml.YAMLError as err:
-        raise ConfigError([f"{path}: not valid YAML ({err})".replace("\n", " ")]) from err
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError([f"{path}: the top level must be a mapping of sections"])
-    return raw
+        raise ConfigError([where + line for line in lines])
+    return cfg
 
 
 def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
@@ -243,3 +243,12 @@ def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(root)"
+
+
+def _message(error: dict[str, Any]) -> str:
+    """Pydantic's message; a wrong type also shows what the file had (`true`, "8")."""
+    if error["type"] == "value_error":  # our validators' own words, without pydantic's prefix
+        return str(error["ctx"]["error"])
+    if error["type"].endswith("_type") and not isinstance(error["input"], dict | list):
+        return f"{error['msg']}, got {error['input']!r}"
+    return error["msg"]

@@ -17,6 +17,18 @@ class ConfigError(TunerError):
         self.lines = lines
 
 
+class StorageError(TunerError):
+    """The results DB cannot be opened or written; the message names the URL and the fix."""
+
+    exit_code = 2
+
+
+class InfeasibleSpaceError(TunerError):
+    """The search space's constraints rejected (nearly) every sample: nothing left to measure."""
+
+    exit_code = 2
+
+
 class NoResultError(TunerError):
     """Nothing to choose from: an empty study, or every trial failed or broke the SLA."""
 

@@ -14,7 +14,7 @@ from tuner.interrupt import InterruptGate
 from tuner.params import parse
 from tuner.recorder import Recorder
 from tuner.sla import Limit
-from tuner.study import MEASURED_KEY
+from tuner.study import MEASURED_KEY, VIOLATIONS_KEY
 
 OBJECTIVES = ("output_tok_s@target", "tok_s_per_user@1")
 FAILURE_KEY = "failure"
@@ -55,6 +55,8 @@ class Objective:
                            not rejected, excerpt, [] if rejected else rows)
         # Only now: an interrupted trial is neither recorded nor counted against the budget.
         trial.set_user_attr(MEASURED_KEY, not rejected)
+        if rejected:
+            trial.set_user_attr(VIOLATIONS_KEY, problems or [invalid])
         if failure is not None and not failure.is_deterministic:  # transient, port in use
             raise TransientFailure(excerpt or f"{failure.value} failure")
         by_level = {m.concurrency: m for m in rows}

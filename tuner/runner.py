@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from tuner import records
 from tuner import render
 from tuner.budget import Budget
@@ -10,10 +9,15 @@ from tuner.budget import RetryUnrecorded
 from tuner.claim import Claim
 from tuner.claim_lock import claim_lock
 from tuner.config import Config
+from tuner.errors import InfeasibleSpaceError
 from tuner.finals import confirm_finalists
 from tuner.interrupt import graceful_interrupt
 from tuner.objective import Objective
 from tuner.objective import TransientFailure
+from tuner.resume import check_space
+from tuner.resume import keep_config
+from tuner.storage import storage_errors
+from tuner.study import Progress
 from tuner.study import enqueue_baseline
 from tuner.study import open_storage
 from tuner.study import open_study
@@ -22,7 +26,6 @@ from tuner.wiring import backend_from
 from tuner.wiring import space_context
 from tuner.wiring import space_from
 from tuner.wiring import workload_from
-
 
 
 def run_study(cfg: Config) -> int:
@@ -36,6 +39,7 @@ def run_study(cfg: Config) -> int:
     claim = _join_study(cfg)
     done, n_trials = claim.budget.measured(), cfg.study.n_trials
     study = claim.budget.study
+    check_space(study, space, cfg)
     objective = Objective(
         space=space, context=context, backend=backend,
         workload=workload_from(cfg), target_concurrency=cfg.workload.target_concurrency,
@@ -59,11 +63,18 @@ def run_study(cfg: Config) -> int:
         render.note(f"{progress.rejected} samples broke the search space's constraints and "
                     "were rejected before measuring (recorded as invalid_config)")
     if claim.budget.measured() < n_trials:  # not interrupted: that raised on the way out
-        render.note(f"stopped after {progress.measured} measured trials: the sampler keeps "
-                    "proposing samples the space's constraints reject", "yellow")
-    elif confirm:
+        raise InfeasibleSpaceError(_stopped_by_constraints(cfg, progress))
+    if confirm:
         _confirm(cfg, study, objective)
     return progress.measured
+
+
+def _stopped_by_constraints(cfg: Config, progress: Progress) -> str:
+    top = progress.violations.most_common(1)
+    worst = f", most often `{top[0][0]}` ({top[0][1]} samples)" if top else ""
+    return (f"stopped after {progress.measured} measured trials: the sampler keeps proposing "
+            f"samples that break the constraints of search space {cfg.search_space!r} "
+            f"({progress.rejected} rejected{worst}); loosen that constraint or fix the space")
 
 
 def _confirm(cfg: Config, study, objective: Objective) -> None:
@@ -79,9 +90,9 @@ def _join_study(cfg: Config) -> Claim:
     """Open the DB and the study, one worker at a time: concurrent table creation, config
     writes and baseline enqueues would collide (or measure the baseline twice)."""
     url, name = cfg.study.storage, cfg.study.name
-    with claim_lock(url, "setup"):
+    with storage_errors(url), claim_lock(url, "setup"):
         engine = records.connect(url)
-        records.save_study_config(engine, name, cfg.model_dump(mode="json"))
+        keep_config(engine, cfg)  # refuses a resume that changes what a trial means
         storage = open_storage(cfg.study, RetryUnrecorded(engine, name, cfg.study.max_retries))
         study = open_study(cfg, storage=storage)
         enqueue_baseline(study)

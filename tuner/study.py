@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
 
 import optuna
 
 from tuner.claim import Claim
 from tuner.config import Config
 from tuner.config import StudyConfig
+from tuner.storage import storage_errors
 
 StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
@@ -19,8 +23,15 @@ BASELINE = {"speculative_algorithm": "none"}
 # Trial user attribute: True when a backend measured the trial. Samples the search space's
 # constraints reject never reach a backend, so they teach the sampler without using the budget.
 MEASURED_KEY = "measured"
-# Give up when the sampler keeps proposing constraint-violating samples.
+# Trial user attribute of a rejected sample: the constraints it broke (or why it did not parse).
+VIOLATIONS_KEY = "violations"
+# Give up when the sampler keeps proposing constraint-violating samples: this many per trial
+# still owed, or this many in a row (a space whose constraints reject everything ends in
+# seconds, not after thousands of samples).
 MAX_REJECTED_PER_TRIAL = 20
+MAX_REJECTED_IN_A_ROW = 100
+# Study user attribute: how many runs (workers, resumes) have joined the study.
+JOINS_KEY = "sampler_joins"
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -43,7 +54,7 @@ def open_storage(study: StudyConfig, on_stale: StaleCallback | None = None
     heartbeats, and ``on_stale`` gets each trial whose worker died; readers need neither."""
     heartbeat = {} if on_stale is None or study.heartbeat_s is None else {
         "heartbeat_interval": study.heartbeat_s, "heartbeat_stale_trial_callback": on_stale}
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), storage_errors(study.storage):
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.storages.RDBStorage(
             study.storage, engine_kwargs=_engine_kwargs(study.storage), **heartbeat)
@@ -51,11 +62,27 @@ def open_storage(study: StudyConfig, on_stale: StaleCallback | None = None
 
 def open_study(cfg: Config, n_objectives: int = 2,
                storage: optuna.storages.RDBStorage | None = None) -> optuna.Study:
+    """Create or load the study; this run's sampler gets a seed of its own (``join_seed``)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
-        study_name=cfg.study.name, storage=storage or open_storage(cfg.study),
-        load_if_exists=True, directions=["maximize"] * n_objectives,
-        sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
+    with storage_errors(cfg.study.storage):
+        study = optuna.create_study(
+            study_name=cfg.study.name, storage=storage or open_storage(cfg.study),
+            load_if_exists=True, directions=["maximize"] * n_objectives,
+            sampler=make_sampler(cfg.study.sampler, cfg.study.seed))
+        joins = study.user_attrs.get(JOINS_KEY, 0)
+        study.set_user_attr(JOINS_KEY, joins + 1)
+    study.sampler = make_sampler(cfg.study.sampler, join_seed(cfg.study.seed, joins))
+    return study
+
+
+def join_seed(seed: int | None, joins: int) -> int | None:
+    """The sampler seed of the run that joins a study after ``joins`` others: the study's seed
+    for the first, one derived from it for each later worker or resume. The same seed again
+    would replay the first run's samples, measuring those configurations a second time."""
+    if seed is None or joins == 0:
+        return seed
+    digest = hashlib.blake2b(f"{seed}:{joins}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
 
 
 def enqueue_baseline(study: optuna.Study) -> None:
@@ -69,6 +96,11 @@ class Progress:
     measured: int
     rejected: int
     best_tok_s: float | None
+    violations: Counter[str] = field(default_factory=Counter)  # reason -> rejected samples
+    rejected_in_a_row: int = 0
+
+    def gave_up(self, limit: int) -> bool:
+        return self.rejected >= limit or self.rejected_in_a_row >= MAX_REJECTED_IN_A_ROW
 
 
 def run_trials(study: optuna.Study, objective: Callable, claim: Claim,
@@ -82,14 +114,17 @@ def run_trials(study: optuna.Study, objective: Callable, claim: Claim,
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if not trial.user_attrs.get(MEASURED_KEY):
             progress.rejected += 1
+            progress.rejected_in_a_row += 1
+            progress.violations.update(trial.user_attrs.get(VIOLATIONS_KEY, ()))
             return
         progress.measured += 1
+        progress.rejected_in_a_row = 0
         if trial.state == optuna.trial.TrialState.COMPLETE and _feasible(trial):
             value = trial.values[0]
             progress.best_tok_s = max(value, progress.best_tok_s or value)
         on_trial(progress)
 
-    while progress.rejected < give_up and claim.wait_turn(stop):
+    while not progress.gave_up(give_up) and claim.wait_turn(stop):
         try:  # one trial per call: the claim lock is taken before each Optuna ask
             study.optimize(claim.marking(objective), n_trials=1, callbacks=[callback],
                            catch=catch, gc_after_trial=False)

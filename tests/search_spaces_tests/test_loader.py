@@ -95,7 +95,7 @@ def test_constraint_errors_name_file_and_path(
         (f"name: t\nparms:\n  {GOOD_PARAM}\n", "parms: unknown key (allowed: name, description"),
         ("- just a list\n", "the document must be a mapping"),
         ("name: t\nparams: {a: [\n", "invalid YAML"),
-        (f"name: t\nparams:\n  {GOOD_PARAM}\n  {GOOD_PARAM}\n", "duplicate key 'a'"),
+        (f"name: t\nparams:\n  {GOOD_PARAM}\n  {GOOD_PARAM}\n", "params.a: duplicate key (line 4)"),
         ("name: t\ncontext: {2x: n}\nparams: {a: {derive: 1}}\n", "context.2x: '2x' is not a"),
         ("name: t\nparams: {on: {derive: 1}}\n", "params: True is not a string (YAML reads yes"),
     ],

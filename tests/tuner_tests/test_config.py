@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,86 @@ def test_a_server_backend_must_speak_its_own_engine_flags(tmp_path):
     path.write_text(yaml.safe_dump({"backend": {"name": "serve", "engine": "sglang"}}))
     result = cli("run", "-c", str(path), cwd=tmp_path)
     assert result.returncode == 2 and "backend.engine: dflash" in result.stderr
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("study", "n_trials", True),  # pydantic's lax mode reads `true` as 1
+    ("study", "seed", "3"),
+    ("workload", "concurrency", [1, True]),
+    ("backend", "simulation", {"noise": False}),
+])
+def test_a_bool_or_string_where_a_number_belongs_is_refused(tmp_path, section, key, value):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({section: {key: value}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    [line] = err.value.lines
+    assert f": {section}.{key}" in line and "Input should be a valid" in line and ", got " in line
+
+
+def test_a_duplicate_key_in_tuner_yaml_is_refused_with_its_path(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("study:\n  n_trials: 50\n  name: a\n  n_trials: 5\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.lines == [f"{path}: study.n_trials: duplicate key (line 4)"]
+    nested = tmp_path / "n.yaml"
+    nested.write_text("backend:\n  efficiency: {matmul_fixed_us: 1.0, matmul_fixed_us: 2.0}\n")
+    with pytest.raises(ConfigError, match="backend.efficiency.matmul_fixed_us: duplicate key"):
+        load_config(nested)
+
+
+def test_a_duplicate_key_in_a_search_space_is_one_line_with_its_path(tmp_path):
+    from search_spaces import SpaceError
+    from search_spaces import load_space
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nparams:\n  tp_size: {type: categorical, choices: [1, 2]}\n"
+                    "constraints: []\nparams: {}\n")
+    with pytest.raises(SpaceError) as err:
+        load_space(path)
+    assert str(err.value) == f"{path}: params: duplicate key (line 5)"
+
+
+def test_schema_and_catalog_errors_are_reported_together_with_close_names(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"study": {"n_trials": 0}, "hardware": {"gpu": "h200"},
+                                    "backend": {"name": "simulatd"},
+                                    "model": {"name": "qwen3-8"}}))
+    result = cli("run", "-c", str(path), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 4
+    assert "study.n_trials: Input should be greater than or equal to 1" in lines[0]
+    assert "backend.name: unknown backend 'simulatd'; did you mean 'simulated'?" in lines[1]
+    assert "model.name: unknown model 'qwen3-8'; did you mean 'qwen3-8b'?" in lines[2]
+    assert "hardware.gpu: unknown GPU 'h200'; did you mean 'h200-sxm'?" in lines[3]
+
+
+def test_a_gpu_the_performance_model_never_sees_needs_no_catalog_entry(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"hardware": {"gpu": "mi300x"},
+                                    "backend": {"name": "sglang"}}))
+    assert load_config(path).hardware.gpu == "mi300x"
+    path.write_text(yaml.safe_dump({"hardware": {"gpu": "mi300x"}}))  # the model backend
+    with pytest.raises(ConfigError, match="hardware.gpu: unknown GPU 'mi300x'"):
+        load_config(path)
+
+
+def test_version_prints_the_package_version(tmp_path):
+    import importlib.metadata
+
+    result = cli("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout == f"dflash-tune {importlib.metadata.version('dflash-tune')}\n"
+
+
+def test_debug_flag_and_env_show_the_traceback_of_a_known_error(tmp_path):
+    plain = cli("run", "--storage", "x.db", cwd=tmp_path)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    debug = cli("--debug", "run", "--storage", "x.db", cwd=tmp_path)
+    assert "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+    env = subprocess.run([sys.executable, "-m", "tuner", "run", "--storage", "x.db"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "DFLASH_TUNE_DEBUG": "1"})
+    assert "Traceback" in env.stderr

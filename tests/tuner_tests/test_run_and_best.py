@@ -14,6 +14,7 @@ import optuna
 import pytest
 from cli_helpers import cli
 from cli_helpers import write_config
+from plain_space import write_plain_space
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +187,75 @@ def test_best_schedule_gives_the_best_speculation_setting_per_concurrency_band(s
                 by_setting.setdefault(setting, []).append(rate)
         assert band["output_tok_s"][str(c)] == pytest.approx(
             max(statistics.median(v) for v in by_setting.values()))
+
+
+SMOKE_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "smoke.yaml"
+
+
+def test_a_space_whose_constraints_reject_everything_exits_2_naming_the_constraint(tmp_path):
+    space = tmp_path / "never.yaml"
+    space.write_text(SMOKE_SPACE.read_text().replace(
+        '  - "tp_size * dp_size == gpus"', '  - "tp_size * dp_size == gpus"\n  - "1 == 2"'))
+    write_config(tmp_path, study={"n_trials": 3}, search_space=str(space))
+    result = cli("run", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stopped after 0 measured trials")
+    assert f"search space '{space}'" in last and "most often `1 == 2`" in last
+    assert not any(r[3] for r in _records(tmp_path))  # every sample rejected, none measured
+
+
+def test_a_resume_that_changes_what_a_trial_means_is_refused(tmp_path):
+    write_config(tmp_path, study={"n_trials": 3})
+    assert cli("run", cwd=tmp_path).returncode == 0
+    before = _records(tmp_path)
+    write_config(tmp_path, study={"n_trials": 6}, hardware={"gpu": "h200-sxm", "gpus": 4},
+                 search_space="smoke")
+    result = cli("run", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "study 'pcie8-kimi-sglang' was run with other settings" in line
+    assert 'hardware.gpu: "rtx-pro-6000-server" -> "h200-sxm"' in line
+    assert "hardware.gpus: 8 -> 4" in line and 'search_space: "pcie8_kimi" -> "smoke"' in line
+    assert "--study NEW_NAME" in line and "n_trials" not in line
+    assert _records(tmp_path) == before
+    with sqlite3.connect(tmp_path / "results.db") as db:  # the stored config is the first run's
+        stored = json.loads(db.execute("select config_json from dflash_tune_studies").fetchone()[0])
+    assert stored["hardware"]["gpu"] == "rtx-pro-6000-server"
+    assert cli("run", "--study", "h200", cwd=tmp_path).returncode == 0  # a new study is fine
+
+
+def test_a_resume_may_raise_n_trials_and_change_the_sla(tmp_path):
+    write_config(tmp_path, study={"n_trials": 3})
+    assert cli("run", cwd=tmp_path).returncode == 0
+    write_config(tmp_path, study={"n_trials": 5, "sampler": "random"},
+                 workload={"sla": ["tpot_p50_ms<=80"]}, tuning={"repeats": 2})
+    result = cli("run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        stored = json.loads(db.execute("select config_json from dflash_tune_studies").fetchone()[0])
+    assert stored["workload"]["sla"] == ["tpot_p50_ms<=80"] and stored["study"]["n_trials"] == 5
+
+
+def test_a_search_space_edited_in_place_is_refused_on_resume(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(SMOKE_SPACE.read_text())
+    write_config(tmp_path, study={"n_trials": 3}, search_space=str(space))
+    assert cli("run", cwd=tmp_path).returncode == 0
+    space.write_text(SMOKE_SPACE.read_text().replace("choices: [1, 2]", "choices: [1, 2, 4]"))
+    result = cli("run", "--trials", "5", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "dynamic value space" not in result.stderr
+    assert "tp_size: choices [1, 2] -> [1, 2, 4]" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_resumed_study_measures_no_configuration_twice(tmp_path):
+    # A resume that reused the study's seed would replay the first run's samples one for one.
+    space = write_plain_space(tmp_path)
+    write_config(tmp_path, study={"n_trials": 5}, search_space=str(space))
+    assert cli("run", cwd=tmp_path).returncode == 0
+    assert cli("run", "--trials", "10", cwd=tmp_path).returncode == 0
+    measured = [r[2] for r in _records(tmp_path) if r[3]]
+    assert len(measured) == 10
+    assert len(set(measured)) == 10, "a configuration was measured twice"

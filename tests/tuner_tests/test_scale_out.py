@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from cli_helpers import write_config
 from pg_server import postgres
+from plain_space import write_plain_space
 
 from tuner import records
 from tuner.budget import WORKER_KEY
@@ -75,10 +76,10 @@ def _assert_exact(url: str, target: int) -> list[optuna.trial.FrozenTrial]:
     assert len({t.number for t in trials}) == len(trials)
     measured = [t for t in trials if t.user_attrs.get(MEASURED_KEY)]
     assert len(measured) == sum(recorded.values()) == target
-    # Completed (measured or rejected) and transient failures have their one record; a killed
-    # or interrupted trial has none.
+    # Completed (measured or rejected: PRUNED, once the objective prunes rejected samples) and
+    # transient failures have their one record; a killed or interrupted trial has none.
     told = {t.number for t in trials
-            if t.state.name == "COMPLETE" or t.user_attrs.get(MEASURED_KEY)}
+            if t.state.name in ("COMPLETE", "PRUNED") or t.user_attrs.get(MEASURED_KEY)}
     assert set(recorded) == told
     return trials
 
@@ -101,6 +102,20 @@ def test_two_postgres_workers_finish_exactly_the_budget(pg, tmp_path):
 
 def test_two_sqlite_workers_finish_exactly_the_budget(tmp_path):
     _two_workers_share_the_budget(tmp_path, f"sqlite:///{tmp_path / 'results.db'}")
+
+
+def test_two_workers_on_one_seed_measure_different_configurations(tmp_path):
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    write_config(tmp_path, search_space=str(write_plain_space(tmp_path)), study={"seed": 7})
+    workers = [_worker(tmp_path, url, N, delay_s=0.25) for _ in range(2)]
+    ran = [_finish(w)[0] for w in workers]
+    assert sum(ran) == N and min(ran) > 0  # both sampled
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        params = conn.execute(sa.text("select params_json from dflash_tune_trials where "
+                                      "measured")).scalars().all()
+    engine.dispose()
+    assert len(params) == N and len(set(params)) == N, "a configuration was measured twice"
 
 
 def test_killed_workers_trial_is_failed_and_retried_by_another(pg, tmp_path):

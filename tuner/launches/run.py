@@ -15,6 +15,8 @@ from tuner.launches.screen import Screen
 from tuner.launches.strategy import PROBE_REFERENCE
 from tuner.launches.strategy import LaunchAware
 from tuner.launches.strategy import Outcome
+from tuner.resume import check_space
+from tuner.resume import keep_config
 from tuner.study import open_study
 from tuner.wiring import backend_from
 from tuner.wiring import deployment_from
@@ -32,9 +34,10 @@ def build(cfg: Config, backend=None) -> LaunchAware:
     workload, limits = workload_from(cfg), cfg.workload.limits
     top = max(cfg.workload.concurrency)
     engine = records.connect(cfg.study.storage)
-    records.save_study_config(engine, cfg.study.name, cfg.model_dump(mode="json"))
+    keep_config(engine, cfg)  # refuses a resume that changes what a launch means
     launcher = Launcher(open_study(cfg), space, context, backend, workload, limits, engine,
                         cfg.study.name, top, cfg.tuning.long_window_factor)
+    check_space(launcher.study, space, cfg)
     launcher.launches = [Launch.from_record(t, limits)  # resuming: what earlier runs measured
                          for t in records.load_trials(engine, cfg.study.name) if t.measured]
     screen = Screen(deployment_from(cfg), space, context, workload, limits, top,

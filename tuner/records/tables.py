@@ -13,6 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tuner.storage import storage_errors
+
 metadata = sa.MetaData()
 
 studies = sa.Table(
@@ -124,12 +126,14 @@ def missing_sqlite_file(url: str) -> str | None:
 
 
 def connect(url: str) -> sa.Engine:
-    """Engine for ``url`` with every table created; SQLite waits on locks instead of failing."""
+    """Engine for ``url`` with every table created; SQLite waits on locks instead of failing.
+    A DB that cannot be opened or written raises a one-line ``StorageError``."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}
-    engine = sa.create_engine(url, **kwargs)
-    metadata.create_all(engine)
+    with storage_errors(url):
+        engine = sa.create_engine(url, **kwargs)
+        metadata.create_all(engine)
     return engine
 
 
