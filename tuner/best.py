@@ -3,26 +3,39 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from backends.flags import LaunchTarget
-from backends.flags import is_experimental
+from backends.flags import default_port
+from backends.flags import engine_label
+from backends.flags import experimental_note
 from backends.flags import render_command
 from backends.flags import render_env
 from backends.flags import render_shell
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from tuner import records
+from tuner import stats
 from tuner.config import Config
 from tuner.errors import NoResultError
 from tuner.records import TrialRecord
+from tuner.schedule import budget_schedule
+from tuner.schedule import layout_of
 from tuner.selection import Candidate
 from tuner.selection import Ranking
-from tuner.selection import config_key
 from tuner.selection import choose
+from tuner.selection import config_key
 from tuner.sla import Limit
+from tuner.sla import extreme
+from tuner.sla import meets
+from tuner.sla import queueing
+from tuner.sla import with_bounds
 from tuner.wiring import launch_target_from
+
+DEFAULT_TOP = 10  # front members shown and returned
 
 
 @dataclass(slots=True, frozen=True)
@@ -36,14 +49,32 @@ class Emitter:
 
     def argv(self, launch: LaunchParams | None) -> list[str] | None:
         """None where the engine cannot express ``launch`` (or it did not parse)."""
+        return None if self.why_not(launch) else self._render(launch)
+
+    def why_not(self, launch: LaunchParams | None) -> str | None:
+        """Why the engine cannot launch ``launch``; None when it can."""
+        if launch is None:
+            return "the parameters do not parse"
         try:
-            return launch and render_command(self.engine, launch, self.target, self.version,
-                                             self.overrides)
-        except InvalidParams:  # UnsupportedParams
-            return None
+            self._render(launch)
+        except InvalidParams as err:  # UnsupportedParams
+            return str(err)
+        return None
 
     def env(self, launch: LaunchParams) -> dict[str, str]:
         return render_env(self.engine, launch, self.version)
+
+    def label(self, launch: LaunchParams | None) -> str:
+        return engine_label(self.engine, launch) if launch else "not launchable"
+
+    def _render(self, launch: LaunchParams) -> list[str]:
+        return render_command(self.engine, launch, self.target, self.version, self.overrides)
+
+
+@dataclass(slots=True, frozen=True)
+class Plain:
+    trial: int
+    tok_s: float  # median output tok/s of its runs
 
 
 @dataclass(slots=True)
@@ -54,11 +85,41 @@ class BestResult:
     emitter: Emitter
     argv: list[str]
     env: dict[str, str]
-    experimental: bool
+    experimental: str | None  # the note for a command no release of the engine runs
     limits: list[Limit]
     target_concurrency: int
     trials: list[TrialRecord]
     ranking: Ranking
+    plain: dict[tuple[str, int], Plain]  # (layout, concurrency) -> the plain reference
+    warnings: list[str]
+    hardware: str = ""  # "8x rtx-pro-6000-server", as the study ran
+    top: int = DEFAULT_TOP
+
+    def view(self, c: Candidate) -> dict[str, Any]:
+        """One candidate's metrics at the level its throughput was read at."""
+        m, lp, base = c.metrics, c.trial.launch, self.plain_for(c)
+        return {
+            "trial": c.trial.trial_number, "params": c.params,
+            "configuration": self.emitter.label(lp), "read_at_concurrency": c.concurrency,
+            "runs": c.runs, "output_tok_s": c.throughput, "score_tok_s": c.score,
+            "output_tok_s_per_gpu": m.get("output_tok_s_per_gpu"),
+            "ttft_p50_ms": m.get("ttft_p50_ms"), "ttft_p99_ms": m.get("ttft_p99_ms"),
+            "tpot_p50_ms": m.get("tpot_p50_ms"), "tpot_p99_ms": m.get("tpot_p99_ms"),
+            "tok_s_per_user": m.get("tok_s_per_user"), "tok_s_per_user_at_1": c.per_user,
+            "speedup_vs_plain": c.throughput / base.tok_s if base and base.tok_s else None,
+            "plain_trial": base.trial if base else None,
+            "queueing": lp is not None and queueing(lp.max_running_requests, c.concurrency),
+        }
+
+    def plain_for(self, c: Candidate) -> Plain | None:
+        lp = c.trial.launch
+        return lp and self.plain.get((_layout_key(lp), c.concurrency))
+
+    def schedule(self) -> dict[str, Any]:
+        """The speculation setting per concurrency band for the chosen configuration's launch,
+        ranked as this result was (:mod:`tuner.schedule`)."""
+        return budget_schedule(self.trials, self.chosen, self.limits, self.ranking,
+                               unusable=lambda t: self.emitter.why_not(t.launch))
 
     def as_dict(self) -> dict[str, Any]:
         t = self.chosen.trial
@@ -71,38 +132,62 @@ class BestResult:
             "tok_s_per_user_at_1": self.chosen.per_user,
             "target_concurrency": self.target_concurrency,
             "sla": [str(limit) for limit in self.limits], "argv": self.argv, "env": self.env,
-            "experimental": self.experimental,
+            "experimental": self.experimental is not None,
+            "metrics": self.view(self.chosen),
+            "front": [self.view(c) for c in self.front[:self.top]],
+            "warnings": self.warnings,
         }
 
 
-def find_best(cfg: Config, engine: str | None, sla: list[str] | None) -> BestResult:
-    missing = records.missing_sqlite_file(cfg.study.storage)
-    if missing:
-        raise NoResultError(f"no results DB at {missing}; run `dflash-tune run` first")
-    db = records.connect(cfg.study.storage)
-    stored = records.load_study_config(db, cfg.study.name)
-    if stored is None:
-        known = ", ".join(records.study_names(db)) or "none"
-        raise NoResultError(f"no study named {cfg.study.name!r} in {cfg.study.storage} "
-                            f"(studies: {known}); run `dflash-tune run` first")
-    run_cfg = Config.model_validate(stored)  # flags and SLA follow what the study ran with
+def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
+              top: int = DEFAULT_TOP) -> BestResult:
+    """The study of ``cfg`` (its storage and name) ranked under ``sla`` (default: the
+    study's), for ``engine`` (default: the study's)."""
+    db, stored = open_records(cfg.study.storage, cfg.study.name)
+    run_cfg = Config.model_validate(stored)
     engine = engine or run_cfg.backend.engine
-    limits = [Limit.parse(s) for s in sla] if sla is not None else run_cfg.workload.limits
-    target = run_cfg.workload.target_concurrency
-    same = engine == run_cfg.backend.engine  # the study's pinned version and overrides apply
-    emit = Emitter(engine, launch_target_from(run_cfg),
-                   run_cfg.backend.engine_version if same else None,
-                   run_cfg.backend.flag_overrides if same else {})
+    w = run_cfg.workload  # flags and SLA follow what the study ran with
+    limits = with_bounds([Limit.parse(s) for s in sla], w.bounds) if sla is not None else w.limits
+    emit = _emitter(run_cfg, engine)
     trials = records.load_trials(db, cfg.study.name)
     ranking = ranking_of(run_cfg, trials, records.load_winner(db, cfg.study.name))
-    chosen, front = choose(trials, target, limits,
-                           usable=lambda t: emit.argv(t.launch) is not None, ranking=ranking)
+    target = w.target_concurrency
+    chosen, front = choose(trials, target, limits, unusable=lambda t: emit.why_not(t.launch),
+                           ranking=ranking)
     lp = chosen.trial.launch
     return BestResult(chosen=chosen, front=front, engine=engine, emitter=emit,
                       argv=emit.argv(lp), env=emit.env(lp),
-                      experimental=is_experimental(engine, lp),
-                      limits=limits, target_concurrency=target, trials=trials,
-                      ranking=ranking)
+                      experimental=experimental_note(engine, lp),
+                      limits=limits, target_concurrency=target,
+                      trials=trials, ranking=ranking,
+                      plain=_plain_by_layout(trials, limits),
+                      warnings=_warnings(chosen, limits, w.output_len),
+                      hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top)
+
+
+def open_records(storage: str, name: str) -> tuple[Any, dict[str, Any]]:
+    """The results DB and the stored config of study ``name``; NoResultError (saying what to
+    run) when either is missing. Creates no DB file."""
+    missing = records.missing_sqlite_file(storage)
+    if missing:
+        raise NoResultError(f"no results DB at {missing}; run `dflash-tune run` first")
+    db = records.connect(storage)
+    stored = records.load_study_config(db, name)
+    if stored is None:
+        known = ", ".join(records.study_names(db)) or "none"
+        raise NoResultError(f"no study named {name!r} in {storage} "
+                            f"(studies: {known}); run `dflash-tune run` first")
+    return db, stored
+
+
+def _emitter(run_cfg: Config, engine: str) -> Emitter:
+    """The study's pinned version, overrides and port apply to its own engine; another engine
+    gets its defaults (its own port, not the study engine's)."""
+    same = engine == run_cfg.backend.engine
+    target = launch_target_from(run_cfg)
+    return Emitter(engine, target if same else replace(target, port=default_port(engine)),
+                   run_cfg.backend.engine_version if same else None,
+                   run_cfg.backend.flag_overrides if same else {})
 
 
 def ranking_of(cfg: Config, trials: list[TrialRecord], winner: dict | None = None) -> Ranking:
@@ -118,6 +203,42 @@ def ranking_of(cfg: Config, trials: list[TrialRecord], winner: dict | None = Non
                    prior_rel_sd=t.noise_prior if noisy else 0.0,
                    gated_only=t.strategy == "launch_aware",
                    winner=config_key(winner) if winner else None)
+
+
+def _plain_by_layout(trials: list[TrialRecord], limits: list[Limit]
+                     ) -> dict[tuple[str, int], Plain]:
+    """The plain-decoding reference of each layout at each level: its fastest configuration
+    there (median over its runs) that serves the load without queueing (running cap, TTFT
+    limits) but need not meet the rest of the SLA: plain decoding missing a TPOT limit is often
+    why one speculates."""
+    admits = [limit for limit in limits if limit.metric.startswith("ttft")]
+    runs: dict[tuple[str, int, str], list[tuple[int, float]]] = defaultdict(list)
+    for t in trials:
+        if not t.ok or t.launch is None or t.launch.speculative:
+            continue
+        for level, row in t.measurements.items():
+            if meets(row, admits) and not queueing(t.launch.max_running_requests, level):
+                key = (_layout_key(t.launch), level, config_key(t.params))
+                runs[key].append((t.trial_number, row["output_tok_s"]))
+    best: dict[tuple[str, int], Plain] = {}
+    for (layout, level, _), found in runs.items():
+        plain = Plain(found[0][0], stats.median([rate for _, rate in found]))
+        if (layout, level) not in best or plain.tok_s > best[layout, level].tok_s:
+            best[layout, level] = plain
+    return best
+
+
+def _layout_key(launch: LaunchParams) -> str:
+    return config_key(layout_of(launch))
+
+
+def _warnings(chosen: Candidate, limits: list[Limit], output_len: int) -> list[str]:
+    found = extreme(chosen.metrics, limits, output_len)
+    lp = chosen.trial.launch
+    if lp is not None and queueing(lp.max_running_requests, chosen.concurrency):
+        found.append(f"the chosen configuration runs at most {lp.max_running_requests} requests "
+                     f"at once but is judged at concurrency {chosen.concurrency}: the rest queue")
+    return found
 
 
 def format_command(result: BestResult, fmt: str) -> str:
@@ -140,4 +261,3 @@ def _dump(data: dict[str, Any], fmt: str) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=True)
-

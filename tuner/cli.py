@@ -88,14 +88,17 @@ def run(config: ConfigOpt = None, backend: Annotated[str | None, typer.Option(
     except KeyboardInterrupt:
         render.note("interrupted: finished trials are kept; run again to resume", "yellow")
         raise typer.Exit(130)
-    render.note("`dflash-tune best` picks the configuration to launch")
+    from tuner.summary import run_summary
+
+    run_summary(cfg)
 
 
 @app.command()
 def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
          sla: Annotated[list[str] | None, typer.Option(
              help="Limit at the target concurrency, e.g. 'tpot_p50_ms<=30' (repeatable; "
-             "replaces the study's SLA).")] = None,
+             "replaces the study's sla list; its TTFT bounds stay unless a limit names the "
+             "metric).")] = None,
          emit_flags: Annotated[bool, typer.Option(
              "--emit-flags", help="Print only the launch command on stdout.")] = False,
          backend: Annotated[Engine | None, typer.Option(
@@ -103,27 +106,75 @@ def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt =
          fmt: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.shell,
          schedule: Annotated[bool, typer.Option(
              "--schedule", help="Print only, as JSON, the best speculation setting per "
-             "concurrency band for the chosen parallelism layout.")] = False) -> None:
+             "concurrency band for the chosen configuration's launch.")] = False,
+         top: Annotated[int, typer.Option(
+             min=1, help="Pareto-front members to show (and return with --format json).")] = 10,
+         ) -> None:
     """Pick the best configuration under the SLA and print how to launch it."""
     from tuner.best import find_best, format_command, format_record
+    from tuner.summary import show_best
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
-    result = find_best(cfg, backend.value if backend else None, sla)
+    result = find_best(cfg, backend.value if backend else None, sla, top=top)
     if schedule:
         import json
 
-        from tuner.schedule import budget_schedule
-
-        render.emit(json.dumps(budget_schedule(result.trials, result.chosen.params,
-                                               result.limits), indent=2))
+        render.emit(json.dumps(result.schedule(), indent=2))
         return
     if not emit_flags:
-        _best_table(result)
+        show_best(result)
+    else:
+        for warning in result.warnings:
+            render.note(f"warning: {warning}", "yellow")
     if result.experimental:
-        render.note("DDTree is in no released engine: this command targets SGLang's DDTREE "
-                    "branch (PR #29907).", "yellow")
+        render.note(result.experimental, "yellow")
     render.emit(format_command(result, fmt.value) if emit_flags
                 else format_record(result, fmt.value))
+
+
+class ExportFormat(str, Enum):
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+@app.command()
+def export(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
+           fmt: Annotated[ExportFormat, typer.Option(
+               "--format", help="csv: a row per trial and level; json: levels nested; parquet "
+               "(needs pyarrow): as csv.")] = ExportFormat.csv,
+           out: Annotated[Path | None, typer.Option(help="File to write (default: stdout).")]
+           = None) -> None:
+    """Every trial and concurrency level with its metrics, parameters and launch command."""
+    from tuner.export import export_study
+
+    cfg = _config(config, **{"study.storage": storage, "study.name": study})
+    export_study(cfg, fmt.value, out)
+
+
+@app.command()
+def compare(study_a: Annotated[str, typer.Argument(help="First study (the reference).")],
+            study_b: Annotated[str, typer.Argument(help="Second study.")],
+            config: ConfigOpt = None, storage: StorageOpt = None,
+            storage_b: Annotated[str | None, typer.Option(
+                "--storage-b", help="Results DB of STUDY_B (default: the same as STUDY_A's).")]
+            = None,
+            sla: Annotated[list[str] | None, typer.Option(
+                help="Judge both under this SLA instead of each one's own (repeatable).")]
+            = None,
+            fmt: Annotated[OutputFormat | None, typer.Option(
+                "--format", help="json: the comparison on stdout.")] = None) -> None:
+    """Two studies' best configurations and their metrics side by side."""
+    import json
+
+    from tuner.compare import compare_studies, comparison_dict, show_comparison
+
+    cfg = _config(config, **{"study.storage": storage})
+    a, b = compare_studies(cfg, study_a, study_b, storage_b, sla)
+    if fmt is OutputFormat.json:
+        render.emit(json.dumps(comparison_dict(a, b), indent=2, sort_keys=True))
+    else:
+        show_comparison(a, b)
 
 
 @app.command()
@@ -195,23 +246,6 @@ fixtures_app = typer.Typer(no_args_is_help=True, help="The tiny trained target +
                            "pair used by the tests, benchmarks and the in-process engine.")
 app.add_typer(fixtures_app, name="fixtures")
 fixtures_app.command("build")(engine_cli.fixtures_build)
-
-
-def _best_table(result) -> None:
-    noisy = result.ranking.prior_rel_sd > 0  # measured: medians of runs, ranked by a bound
-    rows = [(c.trial.trial_number, "*" if c is result.chosen else "", c.throughput,
-             *((c.runs, c.score) if noisy else ()), c.per_user, _summary(c.trial.launch))
-            for c in result.front[:10]]
-    where = ("at each configuration's SLA limit" if result.ranking.point == "at_sla_limit"
-             else f"at concurrency {result.target_concurrency}")
-    columns = ["trial", "", "output tok/s" + (" (median)" if noisy else ""),
-               *(("runs", "score") if noisy else ()), "tok/s/user @1", "configuration"]
-    render.table(f"Pareto front {where} (SLA: {', '.join(map(str, result.limits)) or 'none'})",
-                 columns, rows)
-
-
-def _summary(launch) -> str:
-    return launch.label() if launch else "not launchable"
 
 
 def main() -> None:

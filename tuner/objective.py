@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from tuner.study import MEASURED_KEY, VIOLATIONS_KEY
 
 OBJECTIVES = ("output_tok_s@target", "tok_s_per_user@1")
 FAILURE_KEY = "failure"
+# Trial user attributes beside the objectives, for optuna-dashboard (the records hold all of it).
+LATENCY_ATTRS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
 
 
 class TransientFailure(Exception):
@@ -36,11 +39,15 @@ class Objective:
     engine: Any  # sqlalchemy Engine for our records
     gate: InterruptGate | None  # set by whoever runs the trials (Ctrl-C handling)
     recorder: Recorder = field(init=False)
+    _named: bool = field(default=False, init=False)  # the study's metric names are set
 
     def __post_init__(self) -> None:
         self.recorder = Recorder(self.backend, self.engine, self.study_name)
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        if not self._named:
+            _name_metrics(trial.study)
+            self._named = True
         params = self.space.suggest(trial, self.context)
         problems = self.space.violations(params, self.context)
         launch, invalid = parse(params)
@@ -61,10 +68,16 @@ class Objective:
             raise TransientFailure(excerpt or f"{failure.value} failure")
         by_level = {m.concurrency: m for m in rows}
         self._constrain(trial, failure, by_level.get(self.target_concurrency))
-        if failure:
+        if failure:  # rejected samples too (invalid_config)
             trial.set_user_attr(FAILURE_KEY, failure.value)
-            return 0.0, 0.0
-        return by_level[self.target_concurrency].output_tok_s, by_level[1].tok_s_per_user
+            # PRUNED, not a 0-valued COMPLETE point: Optuna's TPE still ranks it as infeasible
+            # by its violated constraints and samples away from it; a FAIL trial it ignores.
+            raise optuna.TrialPruned(failure.value)
+        at_target = by_level[self.target_concurrency]
+        for name in LATENCY_ATTRS:
+            if getattr(at_target, name) is not None:
+                trial.set_user_attr(f"{name}@target", getattr(at_target, name))
+        return at_target.output_tok_s, by_level[1].tok_s_per_user
 
     def _measure(self, launch, problems: list[str], invalid: str) -> list[Measurement]:
         if problems or launch is None:  # never reaches a backend
@@ -79,4 +92,11 @@ class Objective:
         trial.set_constraint(FAILURE_KEY, 1.0 if failure else 0.0)
         for limit in self.limits:
             observed = None if failure or at_target is None else getattr(at_target, limit.metric)
-            trial.set_constraint(str(limit), limit.violation(observed))
+            trial.set_constraint(str(limit), limit.constraint(observed))
+
+
+def _name_metrics(study: optuna.Study) -> None:
+    if study.metric_names != list(OBJECTIVES):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(OBJECTIVES))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn
@@ -88,10 +89,16 @@ def _plain_stages() -> Any:
     return update
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    t = Table(title=Text(title), title_justify="left")
-    for col in columns:
-        t.add_column(col, overflow="fold")
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+          compact: bool = False) -> None:
+    """``compact``: light rules, cells never wrapped, numbers right-aligned (a table of short
+    cells that fits 80 columns)."""
+    t = Table(title=Text(title), title_justify="left",
+              box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact)
+    for i, col in enumerate(columns):
+        numeric = compact and all(isinstance(row[i], int | float) for row in rows)
+        t.add_column(col, overflow="fold", no_wrap=compact,
+                     justify="right" if numeric else "left")
     for row in rows:
         t.add_row(*(_cell(v) for v in row))
     human.print(t)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Literal
 
 from backends.contract import FailureClass
@@ -20,6 +21,7 @@ from tuner import stats
 from tuner.errors import NoResultError
 from tuner.records import GATES_PASSED
 from tuner.records import TrialRecord
+from tuner.sla import SLA_METRICS
 from tuner.sla import Limit
 from tuner.sla import meets
 
@@ -49,6 +51,8 @@ class Candidate:
     runs: int = 1
     score: float = 0.0  # what throughput is ranked by
     gated: bool = False  # one of its launches passed the integrity gates
+    concurrency: int = 0  # the level throughput was read at (the first run's)
+    metrics: dict[str, float] = field(default_factory=dict)  # medians of that level's numbers
 
     @property
     def params(self) -> dict:
@@ -59,18 +63,17 @@ def config_key(params: dict) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def trial_point(t: TrialRecord, target: int, limits: Sequence[Limit],
-                point: ObjectivePoint = "at_target") -> tuple[float, float] | None:
-    """(throughput, tok/s per user at 1) of one successful trial within the SLA, else None."""
-    at_one = t.measurements.get(1)
-    if not t.ok or at_one is None:
+def read_level(t: TrialRecord, target: int, limits: Sequence[Limit],
+               point: ObjectivePoint = "at_target") -> int | None:
+    """The concurrency a successful trial's throughput is read at, None when no level counts:
+    ``target`` if it met the SLA there, or (at_sla_limit) its fastest level within the SLA."""
+    if not t.ok or 1 not in t.measurements:
         return None
     if point == "at_target":
         row = t.measurements.get(target)
-        rates = [row["output_tok_s"]] if row is not None and meets(row, limits) else []
-    else:
-        rates = [r["output_tok_s"] for r in t.measurements.values() if meets(r, limits)]
-    return (max(rates), at_one["tok_s_per_user"]) if rates else None
+        return target if row is not None and meets(row, limits) else None
+    ok = [c for c, row in t.measurements.items() if meets(row, limits)]
+    return max(ok, key=lambda c: t.measurements[c]["output_tok_s"], default=None)
 
 
 def candidates(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
@@ -85,18 +88,28 @@ def candidates(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limi
     for group in runs.values():
         if not all(t.ok for t in group):  # a crash, an OOM, a failed gate: the config is out
             continue
-        points = [trial_point(t, target, limits, ranking.point) for t in group]
-        if all(p is not None for p in points):
-            found.append(_candidate(list(zip(group, points)), ranking))
+        levels = [read_level(t, target, limits, ranking.point) for t in group]
+        if all(c is not None for c in levels):
+            found.append(_candidate(list(zip(group, levels)), ranking))
     return found
 
 
-def _candidate(ok: list[tuple[TrialRecord, tuple[float, float]]], ranking: Ranking) -> Candidate:
-    rates = [v[0] for _, v in ok]
-    return Candidate(ok[0][0], stats.median(rates), stats.median([v[1] for _, v in ok]),
+def _candidate(ok: list[tuple[TrialRecord, int]], ranking: Ranking) -> Candidate:
+    rows = [t.measurements[c] for t, c in ok]
+    rates = [row["output_tok_s"] for row in rows]
+    return Candidate(ok[0][0], stats.median(rates),
+                     stats.median([t.measurements[1]["tok_s_per_user"] for t, _ in ok]),
                      runs=len(ok),
                      score=stats.lower_bound(rates, ranking.penalty, ranking.prior_rel_sd),
-                     gated=any(t.log_excerpt.startswith(GATES_PASSED) for t, _ in ok))
+                     gated=any(t.log_excerpt.startswith(GATES_PASSED) for t, _ in ok),
+                     concurrency=ok[0][1], metrics=_medians(rows))
+
+
+def _medians(rows: list[dict]) -> dict[str, float]:
+    """Each metric's median over the runs that have it (the model leaves some unset)."""
+    values = {name: [row[name] for row in rows if row.get(name) is not None]
+              for name in SLA_METRICS}
+    return {name: stats.median(v) for name, v in values.items() if v}
 
 
 def pareto_front(cands: Sequence[Candidate]) -> list[Candidate]:
@@ -111,9 +124,10 @@ def pareto_front(cands: Sequence[Candidate]) -> list[Candidate]:
 
 
 def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
-           usable: Callable[[TrialRecord], bool] = lambda t: True,
+           unusable: Callable[[TrialRecord], str | None] = lambda t: None,
            ranking: Ranking = Ranking()) -> tuple[Candidate, list[Candidate]]:
-    """The chosen candidate and the Pareto front it came from; NoResultError when none."""
+    """The chosen candidate and the Pareto front it came from; NoResultError when none.
+    ``unusable`` says why the requested engine cannot launch a trial (None: it can)."""
     if not trials:
         raise NoResultError("the study has no trials yet; run `dflash-tune run` first")
     ok = [t for t in trials if t.ok]
@@ -122,13 +136,18 @@ def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
         rejected = len(trials) - measured
         also = f" ({rejected} more samples broke the space's constraints)" if rejected else ""
         raise NoResultError(f"all {measured} measured trials failed{also}; nothing to choose from")
-    cands = [c for c in candidates(trials, target, limits, ranking) if usable(c.trial)]
-    if not cands:
-        sla = ", ".join(map(str, limits)) or "none"
-        where = ("at its SLA limit" if ranking.point == "at_sla_limit"
-                 else f"at concurrency {target}")
+    meeting = candidates(trials, target, limits, ranking)
+    sla = ", ".join(map(str, limits)) or "none"
+    where = "at its SLA limit" if ranking.point == "at_sla_limit" else f"at concurrency {target}"
+    if not meeting:
         raise NoResultError(f"no successful configuration meets the SLA ({sla}) {where}"
-                            " for the requested engine")
+                            + (_most_missed(ok, target, limits) if ranking.point == "at_target"
+                               else ""))
+    cands = [c for c in meeting if unusable(c.trial) is None]
+    if not cands:
+        raise NoResultError(f"none of the {len(meeting)} configurations that meet the SLA "
+                            f"({sla}) {where} can be launched by the requested engine: "
+                            f"{unusable(meeting[0].trial)}")
     confirmed = [c for c in cands if c.runs >= ranking.min_runs
                  and (c.gated or not ranking.gated_only)]
     if not confirmed and ranking.gated_only:
@@ -146,6 +165,17 @@ def choose(trials: Sequence[TrialRecord], target: int, limits: Sequence[Limit],
     if crowned is None:
         return front[0], front
     return crowned, [crowned] + [c for c in front if c is not crowned]
+
+
+def _most_missed(ok: Sequence[TrialRecord], target: int, limits: Sequence[Limit]) -> str:
+    """Which limit rules out the most successful trials at ``target`` (the one to look at)."""
+    rows = [t.measurements[target] for t in ok if target in t.measurements]
+    missed = {limit: sum(1 for row in rows if limit.violation(row.get(limit.metric)) > 0)
+              for limit in limits}
+    worst = max(missed, key=missed.get, default=None)
+    if worst is None or not missed[worst]:
+        return ""
+    return f"; {worst} is missed by {missed[worst]} of the {len(rows)} successful trials"
 
 
 def _dominates(a: Candidate, b: Candidate) -> bool:

@@ -38,6 +38,16 @@ class Limit:
             return 1.0
         return observed - self.value if self.op == "<=" else self.value - observed
 
+    def constraint(self, observed: float | None) -> float:
+        """The violation relative to the limit, squashed below 1 (1: not observed). A sampler
+        ranking infeasible trials by their summed violations then puts every measured trial
+        before every failed one, and a TTFT missed by seconds does not drown a TPOT missed by
+        milliseconds."""
+        if observed is None:
+            return 1.0
+        miss = self.violation(observed) / (abs(self.value) or 1.0)
+        return miss / (1.0 + miss) if miss > 0 else miss
+
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{self.value:g}"
 
@@ -46,3 +56,35 @@ def meets(row: Any, limits: Sequence[Limit]) -> bool:
     """Whether a measurement (a Measurement or a stored row dict) succeeded within every limit."""
     get = row.get if isinstance(row, Mapping) else (lambda name: getattr(row, name))
     return get("failure") is None and all(lim.violation(get(lim.metric)) <= 0 for lim in limits)
+
+
+def with_bounds(limits: Sequence[Limit], bounds: Sequence[Limit]) -> list[Limit]:
+    """``limits`` and each bound on a metric they do not name (a limit overrides a bound)."""
+    named = {limit.metric for limit in limits}
+    return [*limits, *(b for b in bounds if b.metric not in named)]
+
+
+def queueing(max_running_requests: int, concurrency: int) -> bool:
+    """More requests offered than the engine runs at once: the rest wait, only TTFT shows it."""
+    return max_running_requests < concurrency
+
+
+# A winner's TTFT that no limit bounds is suspicious past these: the first token arriving later
+# than the whole decode takes (and past a second), or past half a minute, means requests queue.
+EXTREME_TTFT_FLOOR_S = 1.0
+EXTREME_TTFT_S = 30.0
+
+
+def extreme(row: Mapping[str, Any], limits: Sequence[Limit], output_len: int) -> list[str]:
+    """Why a measured row looks wrong on a TTFT the SLA leaves unbounded (p50 first, then
+    p99); empty if fine."""
+    named = {limit.metric for limit in limits}
+    decode_ms = (row.get("tpot_p50_ms") or 0.0) * output_len
+    for metric in ("ttft_p50_ms", "ttft_p99_ms"):
+        ms = row.get(metric)
+        if metric in named or ms is None:
+            continue
+        if ms > EXTREME_TTFT_S * 1e3 or ms > max(EXTREME_TTFT_FLOOR_S * 1e3, decode_ms):
+            return [f"{metric} is {ms:,.0f} ms (decoding {output_len} tokens takes "
+                    f"{decode_ms:,.0f} ms): requests queue for their first token"]
+    return []

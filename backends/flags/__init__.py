@@ -10,6 +10,9 @@ from backends.flags._dialect import LaunchTarget
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._render import DEFAULT_VERSIONS
 from backends.flags._render import ENGINES
+from backends.flags._render import default_port
+from backends.flags._render import engine_label
+from backends.flags._render import experimental_note
 from backends.flags._render import is_experimental
 from backends.flags._render import render_command
 from backends.flags._render import render_env
@@ -20,6 +23,9 @@ __all__ = [
     "ENGINES",
     "LaunchTarget",
     "UnsupportedParams",
+    "default_port",
+    "engine_label",
+    "experimental_note",
     "is_experimental",
     "render_command",
     "render_env",

@@ -85,6 +85,11 @@ class EngineDialect:
     tables: tuple[FlagTable, ...]
     render: Renderer
     env: EnvRenderer
+    default_port: int  # where the engine listens unless told otherwise
+    # A short name for a configuration, naming only knobs the engine reads.
+    label: Callable[[LaunchParams], str] = LaunchParams.label
+    # Said beside a command with DDTree when no release of the engine has it (None: one has).
+    ddtree_note: str | None = None
 
     def table(self, version: str) -> FlagTable:
         """The table for ``version``; ``ValueError`` listing the supported ranges otherwise."""

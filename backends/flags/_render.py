@@ -56,9 +56,23 @@ def render_env(engine: str, params: LaunchParams, version: str | None = None) ->
 
 
 def is_experimental(engine: str, params: LaunchParams) -> bool:
-    """True when no released ``engine`` ships the configuration (DDTree, today)."""
-    _dialect(engine)
-    return params.is_ddtree
+    """True when no released ``engine`` ships the configuration (DDTree, outside serve)."""
+    return experimental_note(engine, params) is not None
+
+
+def experimental_note(engine: str, params: LaunchParams) -> str | None:
+    """What to say beside ``engine``'s command for ``params`` that no release of it runs."""
+    note = _dialect(engine).ddtree_note
+    return note if params.is_ddtree else None
+
+
+def engine_label(engine: str, params: LaunchParams) -> str:
+    """A short name for ``params`` naming only the knobs ``engine`` reads."""
+    return _dialect(engine).label(params)
+
+
+def default_port(engine: str) -> int:
+    return _dialect(engine).default_port
 
 
 def render_shell(argv: list[str]) -> str:

@@ -70,4 +70,19 @@ def _check_supported(params: LaunchParams, label: str) -> None:
             "enable_dp_attention off")
 
 
-DIALECT = EngineDialect("dflash-tune serve", "0.1.0", TABLES, render, render_env)
+def label(params: LaunchParams) -> str:
+    """``dflash b6 graphs<=32 run48``: what serve reads (no layout, no memory fraction)."""
+    block = params.speculative_dflash_block_size
+    if params.is_ddtree:
+        method = (f"ddtree b{block} B{params.speculative_ddtree_budget} "
+                  f"k{params.speculative_ddtree_topk} d{params.tree_depth}")
+    else:
+        method = f"dflash b{block}" if params.speculative else "plain"
+    graphs = f"graphs<={max(params.capture_batch_sizes)}" if params.cuda_graph else "eager"
+    return f"{method} {graphs} run{params.max_running_requests}"
+
+
+# DEFAULT_PORT is serve's own --port default (backends/dflash_server/cli.py).
+DEFAULT_PORT = 8000
+DIALECT = EngineDialect("dflash-tune serve", "0.1.0", TABLES, render, render_env,
+                        default_port=DEFAULT_PORT, label=label)

@@ -176,4 +176,6 @@ def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
         out.add("disable_cuda_graph")
 
 
-DIALECT = EngineDialect("SGLang", "0.5.23", TABLES, render, render_env)
+DIALECT = EngineDialect("SGLang", "0.5.23", TABLES, render, render_env, default_port=30000,
+                        ddtree_note="DDTree is in no released SGLang: this command targets "
+                        "SGLang's DDTREE branch (PR #29907).")

@@ -103,4 +103,6 @@ def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
     out.add("compilation_config", compact_json(config))
 
 
-DIALECT = EngineDialect("vLLM", "0.33.0", TABLES, render, render_env)
+DIALECT = EngineDialect("vLLM", "0.33.0", TABLES, render, render_env, default_port=8000,
+                        ddtree_note="DDTree is in no released vLLM (upstream PR #42910 is "
+                        "open).")

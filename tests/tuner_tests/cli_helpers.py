@@ -10,6 +10,10 @@ from typing import Any
 import yaml
 
 
+# The workload section of a study without the SLA's default TTFT bounds.
+UNBOUNDED_TTFT = {"ttft_p50_ms": None, "ttft_p99_ms": None}
+
+
 def write_config(folder: Path, **sections: dict[str, Any]) -> Path:
     """A tuner.yaml with a temp SQLite DB; ``sections`` are merged over the defaults."""
     raw: dict[str, Any] = {"study": {"storage": f"sqlite:///{folder / 'results.db'}",

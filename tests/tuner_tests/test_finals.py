@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from cli_helpers import UNBOUNDED_TTFT
 from cli_helpers import cli
 from cli_helpers import write_config
 
@@ -18,8 +19,10 @@ SIM = {"name": "simulated", "simulation": {"noise": 0.15, "launch_s": 180.0, "se
 
 
 def test_a_noisy_tpe_study_re_measures_finalists_and_best_names_a_confirmed_one(tmp_path):
+    # A 12-trial study has nothing that serves 128 requests without queueing: the SLA's TTFT
+    # bounds (tests/tuner_tests/test_best_report.py) would leave nothing to choose.
     path = write_config(tmp_path, backend=SIM, study={"n_trials": 12},
-                        tuning={"finalists": 3, "repeats": 3})
+                        tuning={"finalists": 3, "repeats": 3}, workload=UNBOUNDED_TTFT)
     ran = cli("run", "-c", str(path), cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "finalist re-measurements in fresh launches" in ran.stderr

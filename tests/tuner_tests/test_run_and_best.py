@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 import shlex
 import signal
-import statistics
 import sqlite3
 import subprocess
 import sys
@@ -19,11 +18,14 @@ from plain_space import write_plain_space
 
 @pytest.fixture(scope="module")
 def studied(tmp_path_factory) -> Path:
-    """A folder whose tuner.yaml points at a DB holding a finished 20-trial study."""
+    """A folder whose tuner.yaml points at a DB holding a finished 40-trial study (the first
+    configuration that runs 128 requests without queueing comes near trial 30); what `run`
+    said is in run.stderr."""
     folder = tmp_path_factory.mktemp("studied")
-    write_config(folder, model={"path": "/models/My Kimi's \"K2.6\""})
+    write_config(folder, model={"path": "/models/My Kimi's \"K2.6\""}, study={"n_trials": 40})
     result = cli("run", cwd=folder)
     assert result.returncode == 0, result.stderr
+    (folder / "run.stderr").write_text(result.stderr)
     return folder
 
 
@@ -43,7 +45,7 @@ def test_run_records_every_trial_and_measures_the_baseline_first(studied):
     rows = _records(studied)
     assert [r[0] for r in rows] == list(range(len(rows)))
     measured = [r for r in rows if r[3]]
-    assert len(measured) == 20  # n_trials counts what a backend measured
+    assert len(measured) == 40  # n_trials counts what a backend measured
     assert json.loads(rows[0][2])["speculative_algorithm"] == "none" and rows[0][3]
     with sqlite3.connect(studied / "results.db") as db:
         levels = db.execute("select count(*) from dflash_tune_measurements "
@@ -85,7 +87,9 @@ def test_a_stricter_sla_changes_or_empties_the_choice(studied):
     tpot = loose["params"]  # the chosen one meets the study's SLA
     impossible = cli("best", "--sla", "tpot_p50_ms<=0.001", cwd=studied)
     assert impossible.returncode == 1
-    assert "no successful configuration meets the SLA (tpot_p50_ms<=0.001)" in impossible.stderr
+    assert ("no successful configuration meets the SLA (tpot_p50_ms<=0.001, ttft_p50_ms<=5000, "
+            "ttft_p99_ms<=15000)") in impossible.stderr
+    assert "tpot_p50_ms<=0.001 is missed by" in impossible.stderr
     assert tpot
 
 
@@ -143,7 +147,7 @@ def test_interrupted_run_keeps_finished_trials_and_resumes(tmp_path):
     states = _optuna_states(tmp_path)
     assert "RUNNING" not in states
     kept = _records(tmp_path)
-    assert states.count("COMPLETE") == len(kept) >= 5
+    assert states.count("COMPLETE") + states.count("PRUNED") == len(kept) >= 5
     measured = sum(1 for r in kept if r[3])
     result = cli("run", "--trials", str(measured + 3), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -171,22 +175,67 @@ def test_best_schedule_gives_the_best_speculation_setting_per_concurrency_band(s
         assert before["max_concurrency"] < after["min_concurrency"]
         assert {k: v for k, v in before.items() if k.startswith("speculative")} != {
             k: v for k, v in after.items() if k.startswith("speculative")}
-    # Each band's choice is the setting with the best median at its levels (same layout, SLA).
+    # Each level's choice is the fastest within the SLA of the trials launched like the chosen
+    # configuration (everything but the speculation knobs equal), and at the target it is
+    # the configuration best chose.
+    chosen = json.loads(cli("best", "--format", "json", cwd=studied).stdout)
     with sqlite3.connect(studied / "results.db") as db:
-        rows = db.execute("select t.params_json, m.concurrency, m.output_tok_s, m.tpot_p50_ms "
-                          "from dflash_tune_measurements m join dflash_tune_trials t on "
+        rows = db.execute("select t.trial_number, t.params_json, m.concurrency, m.output_tok_s, "
+                          "m.tpot_p50_ms, m.ttft_p50_ms, m.ttft_p99_ms from "
+                          "dflash_tune_measurements m join dflash_tune_trials t on "
                           "t.trial_number = m.trial_number where t.status = 'ok'").fetchall()
-    layout = schedule["layout"]
+    fixed = schedule["launch"] | schedule["layout"]
     for band in bands:
-        c, by_setting = band["min_concurrency"], {}
-        for params_json, level, rate, tpot in rows:
-            params = json.loads(params_json)
-            if level == c and tpot <= 100 and all(params.get(k) == v for k, v in layout.items()):
-                setting = tuple(sorted((k, v) for k, v in params.items()
-                                       if k.startswith("speculative")))
-                by_setting.setdefault(setting, []).append(rate)
-        assert band["output_tok_s"][str(c)] == pytest.approx(
-            max(statistics.median(v) for v in by_setting.values()))
+        for level, rate in band["output_tok_s"].items():
+            rates = [r for _, params_json, c, r, tpot, ttft, ttft99 in rows
+                     if c == int(level) and tpot <= 100 and ttft <= 5000 and ttft99 <= 15000
+                     and _launched_like(json.loads(params_json), fixed)]
+            assert rate == pytest.approx(max(rates))
+    top = next(b for b in bands if b["min_concurrency"] <= 128 <= b["max_concurrency"])
+    assert top["trial"]["128"] == chosen["trial"]
+
+
+def _launched_like(params: dict, fixed: dict) -> bool:
+    from backends.launch_params import LaunchParams
+
+    launch = LaunchParams.from_params(params)
+    return all(getattr(launch, k) == v for k, v in fixed.items())
+
+
+def test_run_ends_with_the_table_best_shows(studied):
+    said = (studied / "run.stderr").read_text()
+    assert "40 trials run" in said
+    table = said[said.index("Pareto front at concurrency 128"):]
+    assert table.startswith(cli("best", cwd=studied).stderr.splitlines()[0].rstrip())
+    for header in ("TTFT", "TPOT", "/GPU", "plain", "queues"):
+        assert header in table
+
+
+def test_optuna_sees_metric_names_latencies_and_no_zero_valued_failures(studied):
+    from tuner.objective import FAILURE_KEY, OBJECTIVES
+
+    study = optuna.load_study(study_name="pcie8-kimi-sglang",
+                              storage=f"sqlite:///{studied / 'results.db'}")
+    assert study.metric_names == list(OBJECTIVES)
+    by_state: dict[str, list] = {}
+    for t in study.trials:
+        by_state.setdefault(t.state.name, []).append(t)
+    assert set(by_state) == {"COMPLETE", "PRUNED"}
+    for t in by_state["COMPLETE"]:
+        assert FAILURE_KEY not in t.user_attrs and min(t.values) > 0
+        assert t.user_attrs["ttft_p50_ms@target"] > 0 and "tpot_p99_ms@target" in t.user_attrs
+    failed = {t.user_attrs[FAILURE_KEY] for t in by_state["PRUNED"]}
+    assert "invalid_config" in failed and "oom" in failed  # rejected samples and OOMs
+    assert all(max(t.constraints.values()) > 0 for t in by_state["PRUNED"])  # still steer TPE
+    statuses = {number: status for number, status, _, _ in _records(studied)}
+    assert all(statuses[t.number] != "ok" for t in by_state["PRUNED"])
+
+
+def test_serve_flags_on_the_default_study_say_serve_cannot_run_its_layouts(studied):
+    result = cli("best", "--emit-flags", "--backend", "dflash", cwd=studied)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "can be launched by the requested engine" in result.stderr
+    assert "dflash-tune serve 0.1.0 runs on one device" in result.stderr
 
 
 SMOKE_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "smoke.yaml"

@@ -1,0 +1,127 @@
+"""What `best` says about a study whose numbers the test chose: an SLA that sees TTFT, the
+queueing mark and warning, the metrics of the table and JSON, a schedule that agrees with the
+choice, and a command for our own server that is honest about what it can run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from cli_helpers import cli
+from made_study import level
+from made_study import make_study
+from made_study import trial
+
+PLAIN = {"speculative_algorithm": "none", "tp_size": 8, "max_running_requests": 128}
+
+
+def _dflash(block: int, running: int, **more) -> dict:
+    return {"speculative_algorithm": "dflash", "speculative_dflash_block_size": block,
+            "tp_size": 8, "max_running_requests": running, **more}
+
+
+# At concurrency 128 under tpot_p50_ms<=30: trial 1 is fastest but runs 16 requests at once,
+# so the other 112 wait about 100 s for their first token; trial 2 runs them all.
+QUEUEING_STUDY = [
+    trial(PLAIN, level(128, 250.0, tpot=60.0)),
+    trial(_dflash(5, 16), level(128, 562.0, tpot=28.0, ttft=102_270.0)),
+    trial(_dflash(6, 128), level(128, 500.0, tpot=29.0, ttft=400.0), single=150.0),
+    trial(_dflash(8, 128), level(128, 900.0, tpot=45.0)),
+]
+
+
+def _best(folder, *args: str):
+    result = cli("best", *args, cwd=folder)
+    return result, (json.loads(result.stdout) if "json" in args and result.returncode == 0
+                    else None)
+
+
+def test_the_default_sla_bounds_ttft_so_a_queueing_configuration_is_not_chosen(tmp_path):
+    make_study(tmp_path, QUEUEING_STUDY)
+    result, record = _best(tmp_path, "--sla", "tpot_p50_ms<=30", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert record["trial"] == 2 and not record["metrics"]["queueing"]
+    assert record["sla"] == ["tpot_p50_ms<=30", "ttft_p50_ms<=5000", "ttft_p99_ms<=15000"]
+    assert record["warnings"] == [] and "warning" not in result.stderr
+
+
+def test_a_queueing_winner_is_marked_and_warned_about_when_ttft_is_unbounded(tmp_path):
+    make_study(tmp_path, QUEUEING_STUDY, workload={"ttft_p50_ms": None, "ttft_p99_ms": None})
+    result, record = _best(tmp_path, "--sla", "tpot_p50_ms<=30", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert record["trial"] == 1 and record["metrics"]["queueing"]
+    assert "warning: ttft_p50_ms is 102,270 ms" in result.stderr
+    assert "runs at most 16 requests at once but is judged at concurrency 128" in result.stderr
+    table = cli("best", "--sla", "tpot_p50_ms<=30", cwd=tmp_path).stderr
+    assert "queues" in table and "yes" in table.split("queues", 1)[1]
+
+
+def test_best_shows_latencies_per_gpu_rate_and_speedup_over_plain_and_returns_the_front(
+        tmp_path):
+    make_study(tmp_path, QUEUEING_STUDY)
+    table = cli("best", "--sla", "tpot_p50_ms<=30", cwd=tmp_path).stderr
+    for header in ("TTFT", "TPOT", "(total)", "/GPU", "/user", "@1", "plain"):
+        assert header in table
+    assert "2.00x" in table  # 500 tok/s over the plain TP8 layout's 250
+    result, record = _best(tmp_path, "--format", "json", "--top", "2")
+    assert result.returncode == 0, result.stderr
+    front = record["front"]
+    assert [row["trial"] for row in front] == [3, 2] and record["trial"] == 3
+    chosen = record["metrics"]
+    assert chosen["output_tok_s"] == 900.0 and chosen["output_tok_s_per_gpu"] == 112.5
+    assert chosen["ttft_p50_ms"] == 300.0 and chosen["tpot_p50_ms"] == 45.0
+    assert chosen["tok_s_per_user"] == 900.0 / 128 and chosen["tok_s_per_user_at_1"] == 100.0
+    assert chosen["speedup_vs_plain"] == 900.0 / 250.0 and chosen["plain_trial"] == 0
+
+
+def test_schedule_and_best_agree_when_medians_across_running_caps_disagree(tmp_path):
+    ep4 = {"ep_size": 4}
+    study = [
+        trial({**PLAIN, **ep4}, level(128, 1200.0, tpot=104.0)),
+        trial(_dflash(6, 128, **ep4), level(128, 2838.0, tpot=45.1), single=131.6),
+        trial(_dflash(5, 256, **ep4), level(128, 2789.0, tpot=45.9), single=132.0),
+        trial(_dflash(5, 128, **ep4), level(128, 2789.0, tpot=45.9), single=140.0),
+        # Another running cap: the old schedule's median for block 6 fell to (2838 + 900) / 2.
+        trial(_dflash(6, 32, **ep4), level(128, 900.0, tpot=40.0), single=131.6),
+    ]
+    make_study(tmp_path, study)
+    _, record = _best(tmp_path, "--format", "json")
+    assert record["trial"] == 1
+    result = cli("best", "--schedule", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    schedule = json.loads(result.stdout)
+    assert schedule["launch"]["max_running_requests"] == 128
+    assert schedule["trials_used"] == 3  # launched like the chosen one (plain decoding too)
+    top = schedule["bands"][-1]
+    assert top["max_concurrency"] == 128 and top["trial"]["128"] == record["trial"]
+    assert top["speculative_dflash_block_size"] == 6
+    low = schedule["bands"][0]  # block 5 of the same launch is faster at light load
+    assert (low["min_concurrency"], low["max_concurrency"]) == (1, 4)
+    assert low["speculative_dflash_block_size"] == 5 and low["trial"] == {"1": 3, "4": 3}
+
+
+def test_serve_flags_for_a_multi_gpu_study_say_the_layout_is_the_problem(tmp_path):
+    make_study(tmp_path, QUEUEING_STUDY)
+    result = cli("best", "--emit-flags", "--backend", "dflash", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "no successful configuration meets" not in result.stderr
+    assert "can be launched by the requested engine" in result.stderr
+    assert "runs on one device" in result.stderr
+
+
+def test_serve_command_has_its_own_port_and_label_and_no_unreleased_ddtree_note(tmp_path):
+    ddtree = {"speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
+              "speculative_ddtree_budget": 16, "tp_size": 1, "max_running_requests": 128}
+    plain = {**PLAIN, "tp_size": 1}
+    make_study(tmp_path, [trial(plain, level(128, 250.0, gpus=1)),
+                          trial(ddtree, level(128, 600.0, gpus=1))], hardware={"gpus": 1})
+    serve = cli("best", "--backend", "dflash", cwd=tmp_path)
+    assert serve.returncode == 0, serve.stderr
+    argv = shlex.split(serve.stdout)
+    assert argv[:2] == ["dflash-tune", "serve"] and argv[argv.index("--port") + 1] == "8000"
+    assert "no released" not in serve.stderr
+    legend = next(line for line in serve.stderr.splitlines() if "ddtree b8" in line)
+    assert "mem" not in legend and "TP1" not in legend
+    sglang = cli("best", cwd=tmp_path)
+    assert "DDTree is in no released SGLang" in sglang.stderr
+    assert shlex.split(sglang.stdout.splitlines()[-1])[-1] == "30000"
