@@ -152,7 +152,7 @@ class BackendConfig(_Section):
     engine: Literal["sglang", "vllm", "dflash"] = "sglang"
     engine_version: str | None = None
     host: str = "127.0.0.1"
-    port: int = 30000
+    port: int | None = None  # None: the engine's own default (SGLang 30000, vLLM and serve 8000)
     context_length: int | None = None
     extra_args: list[str] = []
     # Follow an engine's flag rename without a code change: logical key -> flag (null drops it).

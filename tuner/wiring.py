@@ -10,13 +10,15 @@ from backends import DrafterSpec
 from backends import Workload
 from backends import get_backend
 from backends.flags import LaunchTarget
+from backends.flags import default_port
 from tuner.config import Config
 
 
 def launch_target_from(cfg: Config) -> LaunchTarget:
     b, d = cfg.backend, cfg.drafter
+    port = b.port if b.port is not None else default_port(b.engine)
     return LaunchTarget(model_path=cfg.model.path, drafter_path=d.path if d else None,
-                        host=b.host, port=b.port, context_length=b.context_length,
+                        host=b.host, port=port, context_length=b.context_length,
                         extra_args=tuple(b.extra_args))
 
 
