@@ -218,13 +218,25 @@ def dashboard(config: ConfigOpt = None, study: StudyOpt = None, storage: Storage
               host: str = "127.0.0.1",
               port: Annotated[int, typer.Option(help="8050: optuna-dashboard takes 8080.")] = 8050,
               refresh: Annotated[int, typer.Option(help="Seconds between page reloads.")] = 30,
+              compare: Annotated[str | None, typer.Option(
+                  help="Draw this second study over the first (Pareto fronts, throughput vs "
+                       "concurrency).")] = None,
+              storage_b: Annotated[str | None, typer.Option(
+                  help="Where the --compare study lives (default: --storage).")] = None,
               ) -> None:
     """Write (or serve) a self-contained HTML report of a study."""
     from tuner.dashboard import serve_report
     from tuner.dashboard import write_report
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
-    if serve:  # serve_report says where it serves once the port answers
+    if compare:
+        from tuner.dashboard.overlay import write_overlay
+
+        if serve:
+            raise TunerError("--compare writes a file; it cannot be combined with --serve")
+        render.emit(str(write_overlay(cfg.study.storage, cfg.study.name, compare, storage_b,
+                                      out)))
+    elif serve:  # serve_report says where it serves once the port answers
         serve_report(cfg.study.storage, cfg.study.name, host=host, port=port, refresh_s=refresh)
     else:
         render.emit(str(write_report(cfg.study.storage, cfg.study.name, out)))

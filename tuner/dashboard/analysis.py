@@ -33,8 +33,8 @@ def envelopes(trials: list[TrialView]) -> dict[str, dict[int, float]]:
 
 
 def crossover(curves: dict[str, dict[int, float]]) -> Crossover:
-    ar = _best_of(curves, spec=False)
-    spec = _best_of(curves, spec=True)
+    ar = best_of(curves, spec=False)
+    spec = best_of(curves, spec=True)
     levels = sorted(set(ar) & set(spec))
     if not levels:
         missing = "plain (AR)" if not ar else "speculative"
@@ -51,7 +51,7 @@ def crossover(curves: dict[str, dict[int, float]]) -> Crossover:
     return Crossover(levels, speedup, stops, note)
 
 
-def _best_of(curves: dict[str, dict[int, float]], spec: bool) -> dict[int, float]:
+def best_of(curves: dict[str, dict[int, float]], spec: bool) -> dict[int, float]:
     best: dict[int, float] = {}
     for family, curve in curves.items():
         if family.startswith("AR") == spec:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import os
 from datetime import datetime
 from pathlib import Path
@@ -33,10 +35,15 @@ def write_report(storage_url: str, study_name: str, out_path: str | os.PathLike,
     replaced atomically, so a browser or ``serve_report`` never reads half of it.
     Raises NoResultError when the DB or the study does not exist, ValueError when ``out_path``
     cannot be written (checked before the report is built)."""
+    return write_html(out_path, lambda: build_report(storage_url, study_name, refresh_s))
+
+
+def write_html(out_path: str | os.PathLike, build: Callable[[], str]) -> Path:
+    """``build()``'s page written to ``out_path`` atomically; the path is checked first."""
     out = Path(out_path)
     tmp = _writable_tmp(out)
     try:
-        tmp.write_text(build_report(storage_url, study_name, refresh_s), encoding="utf-8")
+        tmp.write_text(build(), encoding="utf-8")
         tmp.replace(out)
     except OSError as err:
         raise _unwritable(out, err) from None
@@ -88,7 +95,7 @@ def build_report(storage_url: str, study_name: str, refresh_s: int | None = None
         Section("nightly", "Nightly history", _NIGHTLY, figures_study.nightly(history),
                 _nightly_table(history)),
     ]
-    return page(f"dflash-tune: {data.name}", _header(data), sections, refresh_s)
+    return page(f"dflash-tune: {data.name}", header(data), sections, refresh_s)
 
 
 _PARETO = ("Each point is a successful configuration: right is faster for one user, up is more "
@@ -124,7 +131,7 @@ def _sla(data: StudyData) -> str:
     return esc(", ".join(data.sla) or "none")
 
 
-def _header(data: StudyData) -> str:
+def header(data: StudyData) -> str:
     measured = [t for t in data.trials if t.measured]
     ok = [t for t in measured if t.ok]
     facts = [("study", data.name), ("storage", data.storage), ("backend", data.backend),
