@@ -7,20 +7,25 @@ Used by the real backends (SGLang, vLLM, ``dflash-tune serve``)::
         server.check()   # raises ServerError if the server died while measured
 
 The server runs in its own process group, so teardown signals the server *and* every worker it
-started; nothing is left behind after success, an exception or Ctrl-C. A failure to come up is
-a :class:`ServerError` whose :class:`~backends.base.FailureClass` comes from :func:`classify`.
+started; nothing is left behind after success, an exception or Ctrl-C. On Linux the server is
+also killed when the thread that launched it dies (PR_SET_PDEATHSIG), so a SIGKILLed tuner
+leaves no server behind; that covers the server process itself, not workers it forked (those
+only the server can take down, or the group teardown a live parent runs). A failure to come up
+is a :class:`ServerError` whose :class:`~backends.base.FailureClass` comes from :func:`classify`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,12 +221,36 @@ def _start(spec: ServerSpec) -> RunningServer:
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=_die_with_parent())  # noqa: PLW1509
         except OSError as exc:
             message = f"cannot start {spec.argv[:1]}"
             raise ServerError(FailureClass.CRASH, str(exc), message) from exc
     host = f"[{spec.host}]" if ":" in spec.host else spec.host
     return RunningServer(f"http://{host}:{spec.port}", proc.pid, proc.pid, log_path, spec, proc)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGKILL the child when its parent (the launching
+    thread) dies; None where there is no prctl. libc is resolved here, in the parent, so the
+    child between fork and exec only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != parent:  # the parent died before the call: nobody would signal us
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 def _wait_healthy(server: RunningServer) -> None:

@@ -1,15 +1,14 @@
 """OpenAI-compatible routes over the engine loop (Starlette): completions and chat, streaming or
-not, plus /health, /v1/models and Prometheus /metrics with the speculation counters."""
+not, plus /health, /v1/models and Prometheus /metrics with the speculation counters.
+
+A request is parsed and checked in full (protocol.parse) before it is admitted; once admitted,
+its row is freed whenever its client goes away, streaming or not."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,22 +17,12 @@ from starlette.routing import Route
 
 from backends.dflash_server.loop import EngineLoop, Ticket
 from backends.dflash_server.metrics import render_metrics
-from dflash_core import SamplingParams
+from backends.dflash_server.protocol import BadRequest, Job, ServerInfo, UnknownModel, parse
+from backends.dflash_server.reply import Reply, error_body
 
-FINISH = {"stop": "stop", "max_tokens": "length", "length": "length", "error": "error"}
+__all__ = ["ServerInfo", "build_app"]
 
-
-class BadRequest(ValueError):
-    pass
-
-
-@dataclass(slots=True)
-class ServerInfo:
-    model_name: str
-    tokenizer: Any  # tokenizers.Tokenizer
-    eos_token_id: int | None
-    max_context: int
-    launch: dict[str, Any]  # the launch options, echoed by /v1/models
+CLIENT_CLOSED = 499  # nginx's status for a client that left; nobody reads it
 
 
 def build_app(loop: EngineLoop, info: ServerInfo) -> Starlette:
@@ -66,122 +55,85 @@ def build_app(loop: EngineLoop, info: ServerInfo) -> Starlette:
 
 async def _generate(request: Request, loop: EngineLoop, info: ServerInfo, chat: bool) -> Response:
     try:
-        body = await request.json()
-        prompt = _chat_prompt(body, info) if chat else _prompt(body, info)
-        loop.engine.check_prompts([prompt])  # here, not on the engine thread, which serves all
-        sampling = _sampling(body, info)
-    except (BadRequest, ValueError, TypeError, json.JSONDecodeError) as error:
-        return JSONResponse({"error": {"message": str(error), "type": "invalid_request_error"}},
-                            status_code=400)
-    ticket = Ticket(prompt, sampling, asyncio.get_running_loop())
+        job = await _job(request, loop, info, chat)
+    except UnknownModel as error:
+        return _error(str(error), 404, "NotFoundError", "model")
+    except BadRequest as error:
+        return _error(str(error), 400, param=error.param)
+    ticket = Ticket(job.prompt, job.sampling, asyncio.get_running_loop(), job.top_logprobs)
     try:
         loop.submit(ticket)
     except RuntimeError as error:
-        return JSONResponse({"error": {"message": str(error)}}, status_code=503)
-    reply = _Reply(info, chat, len(prompt))
-    if body.get("stream"):
-        usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(_stream(ticket, reply, usage), media_type="text/event-stream")
-    return await _collect(ticket, reply)
+        return _error(str(error), 503, "ServiceUnavailableError")
+    reply = Reply(info, chat, job)
+    if job.stream:
+        # Starlette's StreamingResponse listens for the disconnect and closes the stream.
+        return StreamingResponse(_stream(ticket, reply), media_type="text/event-stream")
+    return await _unless_client_leaves(request, ticket, _collect(ticket, reply))
 
 
-def _prompt(body: dict, info: ServerInfo) -> list[int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        return info.tokenizer.encode(prompt).ids
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return prompt
-    raise BadRequest("prompt must be a string or a non-empty list of token ids (one prompt)")
-
-
-def _chat_prompt(body: dict, info: ServerInfo) -> list[int]:
-    """The tiny pair has no chat template: roles become plain-text headers."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty list")
-    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
-    return info.tokenizer.encode(text + "<|assistant|>\n").ids
-
-
-def _sampling(body: dict, info: ServerInfo) -> SamplingParams:
-    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-    stops = tuple(int(t) for t in body.get("stop_token_ids") or ())
-    if info.eos_token_id is not None and not body.get("ignore_eos"):
-        stops += (info.eos_token_id,)
-    return SamplingParams(temperature=float(body.get("temperature", 1.0)),
-                          top_k=max(0, int(body.get("top_k") or 0)),
-                          top_p=float(body.get("top_p", 1.0)), max_tokens=max_tokens,
-                          stop_token_ids=stops)
-
-
-class _Reply:
-    """Builds OpenAI response objects and turns token ids into text deltas."""
-
-    def __init__(self, info: ServerInfo, chat: bool, prompt_len: int) -> None:
-        self.info, self.chat, self.prompt_len = info, chat, prompt_len
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        self.created = int(time.time())
-        self.tokens: list[int] = []
-        self.sent_text = ""
-
-    def delta(self, tokens: list[int]) -> str:
-        self.tokens += tokens
-        text = self.info.tokenizer.decode(self.tokens)
-        if text.endswith("\ufffd"):  # a multi-byte character split across tokens: wait
-            return ""
-        new, self.sent_text = text[len(self.sent_text):], text
-        return new
-
-    def chunk(self, text: str, finish: str | None) -> dict:
-        choice = ({"index": 0, "delta": {"role": "assistant", "content": text}}
-                  if self.chat else {"index": 0, "text": text})
-        choice["finish_reason"] = FINISH.get(finish) if finish else None
-        return {"id": self.id, "object": "chat.completion.chunk" if self.chat
-                else "text_completion", "created": self.created, "model": self.info.model_name,
-                "choices": [choice]}
-
-    def usage(self) -> dict:
-        return {"prompt_tokens": self.prompt_len, "completion_tokens": len(self.tokens),
-                "total_tokens": self.prompt_len + len(self.tokens)}
-
-    def whole(self, finish: str | None) -> dict:
-        choice = ({"index": 0, "message": {"role": "assistant", "content": self.sent_text}}
-                  if self.chat else {"index": 0, "text": self.sent_text})
-        choice["finish_reason"] = FINISH.get(finish)
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
-                "created": self.created, "model": self.info.model_name, "choices": [choice],
-                "usage": self.usage()}
-
-
-async def _stream(ticket: Ticket, reply: _Reply, usage: bool) -> AsyncIterator[str]:
+async def _job(request: Request, loop: EngineLoop, info: ServerInfo, chat: bool) -> Job:
     try:
-        finish = None
-        while finish is None:
-            tokens, finish = await ticket.events.get()
-            text = reply.delta(tokens)
-            if text or finish:
-                yield _sse(reply.chunk(text, finish))
-        if usage:
-            yield _sse({**reply.chunk("", None), "choices": [], "usage": reply.usage()})
+        body = json.loads(await request.body())
+    except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, nested past recursion
+        raise BadRequest(f"the request body is not valid JSON: {error}"[:200]) from None
+    job = parse(body, info, chat)
+    try:  # here, not on the engine thread, which serves everyone
+        loop.engine.check_prompts([job.prompt])
+    except ValueError as error:
+        raise BadRequest(str(error), "messages" if chat else "prompt") from None
+    return job
+
+
+async def _stream(ticket: Ticket, reply: Reply) -> AsyncIterator[str]:
+    try:
+        while reply.finish is None:
+            text, logprobs = reply.add(await ticket.events.get())
+            if reply.finish == "error":
+                yield _sse(error_body(reply.error, 500, "InternalServerError"))
+                break
+            if text or logprobs or reply.finish:
+                yield _sse(reply.chunk(text, logprobs))
+        else:
+            if reply.job.include_usage:
+                yield _sse(reply.usage_chunk())
         yield "data: [DONE]\n\n"
     finally:
         ticket.cancelled = True  # a client that left frees its row; a no-op once finished
 
 
-async def _collect(ticket: Ticket, reply: _Reply) -> Response:
-    finish = None
+async def _collect(ticket: Ticket, reply: Reply) -> Response:
+    while reply.finish is None:
+        reply.add(await ticket.events.get())
+    if reply.finish == "error":
+        return _error(reply.error, 500, "InternalServerError")
+    return JSONResponse(reply.whole())
+
+
+async def _unless_client_leaves(request: Request, ticket: Ticket,
+                                work: Awaitable[Response]) -> Response:
+    """Run `work` unless the client disconnects first; either way the ticket's row is freed
+    (a stop string also ends a reply before the engine does)."""
+    answer = asyncio.ensure_future(work)
+    left = asyncio.ensure_future(_disconnected(request))
     try:
-        while finish is None:
-            tokens, finish = await ticket.events.get()
-            reply.delta(tokens)
+        done, _ = await asyncio.wait({answer, left}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         ticket.cancelled = True
-    if finish == "error":
-        return JSONResponse({"error": {"message": "engine failed"}}, status_code=500)
-    reply.sent_text = reply.info.tokenizer.decode(reply.tokens)
-    return JSONResponse(reply.whole(finish))
+        for task in (answer, left):
+            task.cancel()  # a no-op for the one that finished
+    return answer.result() if answer in done else Response(status_code=CLIENT_CLOSED)
+
+
+async def _disconnected(request: Request) -> None:
+    # The body has been read, so the next message a server sends is the disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _error(message: str, status: int, kind: str = "invalid_request_error",
+           param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, kind, param), status_code=status)
 
 
 def _sse(payload: dict) -> str:

@@ -14,6 +14,8 @@ from backends.flags.dflash import FLAGS
 from dflash_core.speculation.spec import METHODS
 
 Method = Enum("Method", {m: m for m in METHODS}, type=str)
+LogLevel = Enum("LogLevel", {level: level for level in (
+    "critical", "error", "warning", "info", "debug", "trace")}, type=str)  # uvicorn's
 
 
 def option(knob: str, help: str):
@@ -54,7 +56,10 @@ def serve(
         port: Annotated[int, option("port", "Port to bind.")] = 8000,
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
-        served_model_name: str | None = None, seed: int = 0) -> None:
+        served_model_name: str | None = None, seed: int = 0,
+        log_level: Annotated[LogLevel, typer.Option(
+            help="uvicorn's log level; info adds the access log. The line saying where the "
+                 "server listens is printed at every level.")] = LogLevel.warning) -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
 
@@ -68,7 +73,8 @@ def serve(
     run_server(ServeOptions(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
         speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
-        max_context, graphs, host, port, device, dtype, served_model_name, seed))
+        max_context, graphs, host, port, device, dtype, served_model_name, seed,
+        log_level.value))
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ class ServeOptions:
     dtype: str = "float32"
     served_model_name: str | None = None
     seed: int = 0
+    log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
 
 
 def build(options: ServeOptions):
@@ -41,8 +43,8 @@ def build(options: ServeOptions):
     import torch
     from tokenizers import Tokenizer
 
-    from backends.dflash_server.app import ServerInfo
     from backends.dflash_server.loop import EngineLoop
+    from backends.dflash_server.protocol import ServerInfo
     from dflash_core import build_engine, load_models
 
     target, drafter = load_models(options.target, options.drafter, options.dtype,
@@ -56,10 +58,11 @@ def build(options: ServeOptions):
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
                     "CUDA graphs (they need a CUDA device)", options.cuda_graph_bs,
                     options.device)
-    info = ServerInfo(options.served_model_name or Path(options.target).name, tokenizer,
+    info = ServerInfo(_model_names(options)[0], tokenizer,
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       {k: str(v) if isinstance(v, Path) else v
-                       for k, v in asdict(options).items()})
+                       for k, v in asdict(options).items()},
+                      target.config.vocab_size, _model_names(options))
     loop = EngineLoop(engine, spec, options.seed)
     if engine.config.cuda_graphs:  # before the first request, as servers do
         began = time.perf_counter()
@@ -67,6 +70,16 @@ def build(options: ServeOptions):
             made = loop.batch.capture()
         log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
     return loop, info
+
+
+def _model_names(options: ServeOptions) -> tuple[str, ...]:
+    """What a request's `model` may say: the served name if one was given; else the target
+    folder's name, or its path as given or resolved (vLLM's default name is the path, and the
+    tuner's load generator sends it)."""
+    if options.served_model_name:
+        return (options.served_model_name,)
+    target = Path(options.target)
+    return tuple(dict.fromkeys((target.name, str(options.target), str(target.resolve()))))
 
 
 def _tokenizer_path(target: Path) -> Path:
@@ -81,10 +94,39 @@ def serve(options: ServeOptions) -> None:
 
     from backends.dflash_server.app import build_app
 
+    _configure_logging(options.log_level)
     loop, info = build(options)
     loop.start()
+    config = uvicorn.Config(build_app(loop, info), host=options.host, port=options.port,
+                            log_level=options.log_level, timeout_graceful_shutdown=5)
     try:
-        uvicorn.run(build_app(loop, info), host=options.host, port=options.port,
-                    log_level="warning", timeout_graceful_shutdown=5)
+        _announcing_server(config, info.model_name).run()
     finally:
         loop.stop()
+
+
+def _configure_logging(level: str) -> None:
+    """Our logger at uvicorn's level (its default, warning, keeps a server quiet)."""
+    ours = logging.getLogger("dflash_tune")
+    if not ours.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
+        ours.addHandler(handler)
+    ours.setLevel("DEBUG" if level == "trace" else level.upper())
+
+
+def _announcing_server(config, model: str):
+    """A uvicorn Server that prints where it listens once its sockets are bound (so a port 0
+    shows the real one), whatever the log level; a bind that fails prints uvicorn's error."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                print(f"dflash-tune serve: listening on http://{shown}:{port} (model {model})",
+                      file=sys.stderr, flush=True)
+
+    return AnnouncingServer(config)

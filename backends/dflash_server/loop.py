@@ -1,8 +1,15 @@
 """The engine thread: admits waiting requests into free rows, runs rounds, streams tokens back.
 
 Handlers on the asyncio side submit a `Ticket` and read its asyncio queue; the engine thread
-pushes (tokens, finish) items onto it with `call_soon_threadsafe`. A ticket whose client went
-away is cancelled and its row freed at the next round.
+pushes `Event`s onto it with `call_soon_threadsafe`. A ticket whose client went away is
+cancelled and its row freed at the next round.
+
+One request must never take the engine down with it. An admission that raises is retried one
+ticket at a time, so only the request that cannot be admitted fails; an error while delivering
+to one ticket fails that ticket; a round that raises fails the requests it was serving (a round
+is one computation over all of them) and the loop goes on. Only an error outside all of these,
+or MAX_FAILED_ROUNDS rounds failing in a row (a broken device, not a request), stops it: then
+every waiting client gets its error and /health reports it.
 """
 
 from __future__ import annotations
@@ -16,9 +23,23 @@ from dataclasses import dataclass, field
 
 import torch
 
+from backends.dflash_server.logprobs import Scorer, TokenLogprobs
 from dflash_core import Engine, SamplingParams, Spec
 
 log = logging.getLogger("dflash_tune.serve")
+
+MAX_FAILED_ROUNDS = 3
+
+
+@dataclass(slots=True)
+class Event:
+    """What one admission or round gave a request: its new tokens and, at the end, the finish
+    ("stop", "max_tokens", "length", or "error" with `error` saying why)."""
+
+    tokens: list[int]
+    finish: str | None = None
+    logprobs: list[TokenLogprobs] | None = None  # one per token, when the request asked
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -26,12 +47,20 @@ class Ticket:
     prompt: list[int]
     sampling: SamplingParams
     loop: asyncio.AbstractEventLoop
+    top_logprobs: int | None = None  # None: no logprobs; else how many alternatives per token
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: bool = False
     arrived_s: float = field(default_factory=time.perf_counter)
+    scorer: Scorer | None = None
 
-    def push(self, tokens: list[int], finish: str | None) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, (tokens, finish))
+    def push(self, event: Event) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the event loop has closed (shutdown): nobody is listening
+            pass
+
+    def fail(self, message: str) -> None:
+        self.push(Event([], "error", error=message))
 
 
 @dataclass(slots=True)
@@ -42,6 +71,7 @@ class Counters:
     generated_tokens: int = 0
     spec_rounds: int = 0  # request-rounds
     spec_emitted_tokens: int = 0  # tokens those rounds produced (tau summed), before stops
+    failed_requests: int = 0  # ended by an engine error (not refused at the HTTP boundary)
     running: int = 0
     waiting: int = 0
 
@@ -53,7 +83,8 @@ class EngineLoop:
         self.inbox: queue.Queue[Ticket] = queue.Queue()
         self.tickets: dict[int, Ticket] = {}  # row -> ticket
         self.counters = Counters()
-        self.error: str | None = None
+        self.error: str | None = None  # set once the loop has stopped for good
+        self._failed_rounds = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
@@ -73,14 +104,24 @@ class EngineLoop:
     def _run(self) -> None:
         try:
             with torch.inference_mode():
-                while not self._stop.is_set():
+                while not self._stop.is_set() and self._failed_rounds < MAX_FAILED_ROUNDS:
                     self._admit(block=not self.tickets)
-                    self._step()
-        except Exception as error:  # the server must report it, not hang its clients
+                    self._round()
+            if self._failed_rounds >= MAX_FAILED_ROUNDS:
+                self._die(f"engine failed: {MAX_FAILED_ROUNDS} rounds in a row raised")
+        except Exception as error:  # our own bookkeeping broke: report it, hang no client
             log.exception("engine loop failed")
-            self.error = f"engine failed: {error!r}"
-            for ticket in self.tickets.values():
-                ticket.push([], "error")
+            self._die(f"engine failed: {error!r}")
+
+    def _die(self, message: str) -> None:
+        self.error = message
+        for row in list(self.tickets):
+            self._fail(row, message)
+        while not self.inbox.empty():
+            self.inbox.get_nowait().fail(message)
+        self._gauges()
+
+    # --- admission ----------------------------------------------------------------------------
 
     def _admit(self, block: bool) -> None:
         for row in list(self.tickets):
@@ -88,12 +129,8 @@ class EngineLoop:
                 self._finish(row)
         new = self._take(len(self.batch.free_rows()), block)
         if new:
-            events = self.batch.admit([t.prompt for t in new], [t.sampling for t in new])
-            for ticket, event in zip(new, events):
-                self.tickets[event.row] = ticket
-                self._deliver(event.row, event.tokens, event.finish)
-        self.counters.waiting = self.inbox.qsize()
-        self.counters.running = len(self.tickets)
+            self._admit_all(new)
+        self._gauges()
 
     def _take(self, room: int, block: bool) -> list[Ticket]:
         taken: list[Ticket] = []
@@ -107,23 +144,95 @@ class EngineLoop:
                 taken.append(ticket)
         return taken
 
-    def _step(self) -> None:
+    def _admit_all(self, new: list[Ticket]) -> None:
+        """One prefill for all of them; if it raises, each alone, so only a bad one fails."""
+        try:
+            events = self.batch.admit([t.prompt for t in new], [t.sampling for t in new])
+        except Exception as error:  # noqa: BLE001  (any error: this request, not the loop)
+            self._clear_free_rows()
+            if len(new) == 1:
+                self._refuse(new[0], error)
+                return
+            for ticket in new:
+                self._admit_all([ticket])
+            return
+        for ticket, event in zip(new, events):
+            self.tickets[event.row] = ticket
+            self._deliver(event.row, event.tokens, event.finish)
+
+    def _clear_free_rows(self) -> None:
+        """A refused admission may have written some rows' sampling before it raised."""
+        for row in self.batch.free_rows():
+            self.batch.release(row)
+
+    def _refuse(self, ticket: Ticket, error: Exception) -> None:
+        log.warning("request refused by the engine: %r", error)
+        self.counters.failed_requests += 1
+        self._gauges()
+        ticket.fail(f"the engine could not admit this request: {error}")
+
+    # --- rounds -------------------------------------------------------------------------------
+
+    def _round(self) -> None:
         if not self.tickets:
             return
         before = self.batch.stats.acceptance.copy()
-        for event in self.batch.step():
+        try:
+            emitted = self.batch.step()
+        except Exception as error:  # noqa: BLE001  (a round: fail its requests)
+            self._round_failed(error)
+            return
+        self._failed_rounds = 0
+        for event in emitted:
             self._deliver(event.row, event.tokens, event.finish)
         delta = self.batch.stats.acceptance - before
         self.counters.spec_rounds += sum(delta.values())
         self.counters.spec_emitted_tokens += sum(k * n for k, n in delta.items())
-        self.counters.running = len(self.tickets)
+        self._gauges()
+
+    def _round_failed(self, error: Exception) -> None:
+        log.error("engine round failed; failing the %d requests it served", len(self.tickets),
+                  exc_info=error)
+        self._failed_rounds += 1
+        for row in list(self.tickets):
+            self._fail(row, f"engine round failed: {error!r}")
+        self._gauges()
 
     def _deliver(self, row: int, tokens: list[int], finish: str | None) -> None:
+        ticket = self.tickets[row]
+        try:
+            logprobs = self._logprobs(ticket, tokens, finish)
+        except Exception as error:  # noqa: BLE001  scoring one request must not stop the others
+            log.warning("logprobs failed for a request: %r", error)
+            self._fail(row, f"logprobs failed: {error!r}")
+            return
         self.counters.generated_tokens += len(tokens)
-        self.tickets[row].push(tokens, finish)
         if finish:
-            self._finish(row)
+            self._finish(row)  # first, so a client that has its answer sees the gauges settled
+        ticket.push(Event(tokens, finish, logprobs))
 
-    def _finish(self, row: int) -> None:
-        self.tickets.pop(row)
+    def _logprobs(self, ticket: Ticket, tokens: list[int],
+                  finish: str | None) -> list[TokenLogprobs] | None:
+        if ticket.top_logprobs is None or ticket.cancelled:
+            return None
+        if ticket.scorer is None:
+            ticket.scorer = Scorer(self.engine.target, ticket.prompt, ticket.sampling.temperature,
+                                   ticket.top_logprobs, self.engine.config.max_context,
+                                   self.engine.config.fused_attention)
+        return ticket.scorer.score(tokens, final=finish is not None)
+
+    def _fail(self, row: int, message: str) -> None:
+        self.counters.failed_requests += 1
+        ticket = self._finish(row)
+        ticket.fail(message)
+
+    def _finish(self, row: int) -> Ticket:
+        ticket = self.tickets.pop(row)
+        ticket.scorer = None  # its scratch cache goes with it
         self.batch.release(row)
+        self._gauges()
+        return ticket
+
+    def _gauges(self) -> None:
+        self.counters.waiting = self.inbox.qsize()
+        self.counters.running = len(self.tickets)

@@ -15,6 +15,8 @@ _COUNTERS = {
                            "spec_rounds"),
     "dflash_spec_emitted_tokens": ("tokens the rounds produced (accepted drafts + bonus)",
                                    "spec_emitted_tokens"),
+    "dflash_failed_requests": ("requests ended by an engine error (not refused with a 400)",
+                               "failed_requests"),
 }
 _GAUGES = {
     "dflash_num_requests_running": ("requests in the engine's batch", "running"),

@@ -6,6 +6,7 @@ Imports nothing heavy (no torch): the tuner reads METHODS and Spec without the e
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,9 +14,20 @@ from dataclasses import dataclass
 METHODS = ("none", "dflash", "ddtree")
 
 
+# What the engine's per-row device tensors can hold (SamplingTable: float32 and int64). A value
+# past these would raise inside the engine's batch, not at the caller.
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 2.0**-126  # the smallest normal float32: below it a positive value rounds away
+INT64_MAX = 2**63 - 1
+
+
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
-    """Applied identically to plain and speculative decoding, which is what keeps T > 0 lossless."""
+    """Applied identically to plain and speculative decoding, which is what keeps T > 0 lossless.
+
+    Checked and normalised on construction (Python ints and floats, a tuple of stop ids), so a
+    value the engine's tensors cannot hold is a ValueError here rather than an error inside a
+    round that serves other requests too."""
 
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
@@ -25,19 +37,60 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        # NaN fails every comparison, so `temperature < 0` alone would let it through.
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"temperature must be finite and >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:  # written so that NaN fails it
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        for name, kind in (("temperature", _real), ("top_p", _real), ("top_k", _integer),
+                           ("max_tokens", _integer), ("seed", _integer)):
+            object.__setattr__(self, name, kind(name, getattr(self, name)))
+        object.__setattr__(self, "stop_token_ids", _stop_ids(self.stop_token_ids))
+        _check_ranges(self)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _check_ranges(p: SamplingParams) -> None:
+    # NaN fails every comparison, so `temperature < 0` alone would let it through.
+    if not (math.isfinite(p.temperature) and p.temperature >= 0):
+        raise ValueError(f"temperature must be finite and >= 0, got {p.temperature}")
+    if p.temperature > FLOAT32_MAX or 0 < p.temperature < FLOAT32_TINY:
+        raise ValueError(f"temperature must be 0 or in [{FLOAT32_TINY:.4g}, {FLOAT32_MAX:.4g}] "
+                         f"(it is held as float32), got {p.temperature}")
+    if not FLOAT32_TINY <= p.top_p <= 1:  # written so that NaN fails it
+        raise ValueError(f"top_p must be in (0, 1], got {p.top_p}"
+                         + (" (below float32's smallest normal)" if p.top_p > 0 else ""))
+    if not 0 <= p.top_k <= INT64_MAX:
+        raise ValueError(f"top_k must be >= 0, got {p.top_k}" if p.top_k < 0 else
+                         f"top_k must be at most {INT64_MAX} (int64), got {p.top_k}")
+    if p.max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {p.max_tokens}")
+
+
+def _real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int past float range
+        raise ValueError(f"{name} must fit a float, got an integer of {len(str(value))} "
+                         "digits") from None
+
+
+def _integer(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _stop_ids(ids: object) -> tuple[int, ...]:
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise ValueError(f"stop_token_ids must be a sequence of token ids, got {ids!r}")
+    checked = tuple(_integer("stop_token_ids", t) for t in ids)
+    if any(t < 0 for t in checked):
+        raise ValueError(f"stop_token_ids must be >= 0, got {min(checked)}")
+    return checked
 
 
 @dataclass(slots=True, frozen=True)

@@ -296,3 +296,35 @@ CASES = [
 @pytest.mark.parametrize(("exit_code", "log_text", "expected"), CASES)
 def test_classify_table(exit_code, log_text, expected):
     assert classify(exit_code, log_text) is expected
+
+
+# --- a parent that dies without teardown -----------------------------------------------------
+
+_PARENT = """
+import sys, time
+from pathlib import Path
+from backends.server import ServerSpec, launched
+argv, port, log = sys.argv[1:-2], int(sys.argv[-2]), Path(sys.argv[-1])
+with launched(ServerSpec(argv, port, start_timeout_s=10.0, log_path=log)) as server:
+    print(server.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_server_dies_with_a_parent_killed_by_sigkill(tmp_path):
+    """SIGKILL gives `launched` no chance to tear down: the kernel takes the server down."""
+    port = free_port()
+    argv = [sys.executable, str(FAKE), "--port", str(port), "--mode", "ok"]
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, *argv, str(port),
+                               str(tmp_path / "server.log")], stdout=subprocess.PIPE,
+                              cwd=Path(__file__).parents[2])
+    server_pid = int(parent.stdout.readline())
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert wait_until(lambda: not group_alive(server_pid), timeout_s=5.0)
+    finally:
+        if group_alive(server_pid):
+            os.killpg(server_pid, signal.SIGKILL)
+        parent.stdout.close()
