@@ -9,8 +9,8 @@ Used by the real backends (SGLang, vLLM, ``dflash-tune serve``)::
 The server runs in its own process group, so teardown signals the server *and* every worker it
 started; nothing is left behind after success, an exception or Ctrl-C. On Linux the server is
 also killed when the thread that launched it dies (PR_SET_PDEATHSIG), so a SIGKILLed tuner
-leaves no server behind; that covers the server process itself, not workers it forked (those
-only the server can take down, or the group teardown a live parent runs). A failure to come up
+leaves no server behind; that covers the server process itself, not workers it forked: those
+carry the launch's token (`backends.server_registry`), and the next launch kills them. A failure to come up
 is a :class:`ServerError` whose :class:`~backends.base.FailureClass` comes from :func:`classify`.
 """
 
@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from backends import server_registry
 from backends.contract import FailureClass
 from backends.failure_log import classify
 
@@ -202,21 +203,28 @@ def launched(spec: ServerSpec) -> Iterator[RunningServer]:
     """Start ``spec``, yield it once a health path answers 200, and stop its whole process group
     on the way out, whatever happens. Raises :class:`ServerError` if it does not come up: the
     port is taken (before or during start), it exits (classified), or ``start_timeout_s`` ends."""
+    stale = server_registry.reap_stale()  # servers of tuners that were killed
+    if stale:
+        _log.warning("killed %d processes of servers whose tuner is gone: %s", len(stale), stale)
     if port_taken(spec.host, spec.port):
         message = f"{spec.host}:{spec.port} is already bound by another process"
         raise ServerError(FailureClass.PORT_IN_USE, message, message)
-    server = _start(spec)
+    token = server_registry.new_token()
+    server = _start(spec, token)
+    server_registry.record(server.pgid, token)
     try:
         _wait_healthy(server)
         yield server
     finally:
         _stop(server._proc, spec.stop_timeout_s)
+        server_registry.forget(token)
 
 
-def _start(spec: ServerSpec) -> RunningServer:
+def _start(spec: ServerSpec, token: str) -> RunningServer:
     log_path = spec.log_path or Path(tempfile.mkstemp(prefix="dflash-server-", suffix=".log")[1])
     # Unbuffered so the log holds the last lines before a crash.
-    env = {"PYTHONUNBUFFERED": "1", **os.environ, **spec.env}
+    # The token marks the server and every worker it forks as ours (server_registry).
+    env = {"PYTHONUNBUFFERED": "1", **os.environ, **spec.env, server_registry.TOKEN_VAR: token}
     # Truncate: a previous run's traceback in a reused log must not classify this one.
     with open(log_path, "wb") as log:
         try:

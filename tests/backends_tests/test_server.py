@@ -328,3 +328,44 @@ def test_a_server_dies_with_a_parent_killed_by_sigkill(tmp_path):
         if group_alive(server_pid):
             os.killpg(server_pid, signal.SIGKILL)
         parent.stdout.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_next_launch_kills_the_workers_a_sigkilled_tuner_left(tmp_path, monkeypatch):
+    """PDEATHSIG takes the leader down with its tuner, not the worker it forked: the registry
+    lets the next launch find that worker by its token and kill it, and nothing else."""
+    from backends import server_registry
+
+    monkeypatch.setenv("DFLASH_TUNE_RUN_DIR", str(tmp_path / "run"))
+    port, log = free_port(), tmp_path / "server.log"
+    argv = [sys.executable, str(FAKE), "--port", str(port), "--mode", "ok", "--spawn-child"]
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, *argv, str(port), str(log)],
+                              stdout=subprocess.PIPE, cwd=Path(__file__).parents[2],
+                              env={**os.environ, "DFLASH_TUNE_RUN_DIR": str(tmp_path / "run")})
+    leader = int(parent.stdout.readline())
+    worker = logged_pid(log, "grandchild pid")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert wait_until(lambda: not is_live(leader), timeout_s=5.0)
+        assert is_live(worker)  # what PDEATHSIG does not reach
+        assert server_registry.reap_stale() == [worker]
+        assert wait_until(lambda: not is_live(worker), timeout_s=5.0)
+        assert is_live(bystander.pid) and list((tmp_path / "run").glob("*.json")) == []
+    finally:
+        for pid in (leader, worker):
+            if is_live(pid):
+                os.kill(pid, signal.SIGKILL)
+        bystander.kill()
+        parent.stdout.close()
+
+
+def test_a_live_tuners_server_is_not_reaped(tmp_path, monkeypatch):
+    from backends import server_registry
+
+    monkeypatch.setenv("DFLASH_TUNE_RUN_DIR", str(tmp_path / "run"))
+    with launched(fake_spec(tmp_path, "ok", "--spawn-child")) as server:
+        assert server_registry.reap_stale() == []
+        assert server.alive() and len(list((tmp_path / "run").glob("*.json"))) == 1
+    assert list((tmp_path / "run").glob("*.json")) == []
