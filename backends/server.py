@@ -10,8 +10,9 @@ The server runs in its own process group, so teardown signals the server *and* e
 started; nothing is left behind after success, an exception or Ctrl-C. On Linux the server is
 also killed when the thread that launched it dies (PR_SET_PDEATHSIG), so a SIGKILLed tuner
 leaves no server behind; that covers the server process itself, not workers it forked: those
-carry the launch's token (`backends.server_registry`), and the next launch kills them. A failure to come up
-is a :class:`ServerError` whose :class:`~backends.base.FailureClass` comes from :func:`classify`.
+carry the launch's token (`backends.server_registry`), and the next launch kills them. A
+failure to come up is a :class:`ServerError` whose :class:`~backends.contract.FailureClass`
+comes from :func:`classify`.
 """
 
 from __future__ import annotations
