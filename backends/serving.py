@@ -92,6 +92,9 @@ class ServerBackend(Backend):
             timeout_s=self.timeout_s, metrics_flavor=self.metrics_flavor)
 
 
+DEATH_SETTLE_S = 2.0
+
+
 class _ServerSession(Session):
     """A running server: levels, probes and health checks against it."""
 
@@ -111,8 +114,18 @@ class _ServerSession(Session):
                                       f"server still held {left:g} requests before this level")
         spec = self.backend.load_spec(self.server.base_url, self.workload, concurrency, requests)
         row = run_load(spec, self.gpus)[0]
-        died = self.alive()  # a server that died under load is a crash, not slow numbers
+        # A server that died under load is a crash, not slow numbers. Its sockets close before
+        # the kernel reports the exit, so failed requests give it a moment to show it died.
+        died = self.alive() or (None if row.ok else self._death_within(DEATH_SETTLE_S))
         return Measurement.failed(concurrency, died, self.server.log_excerpt()) if died else row
+
+    def _death_within(self, seconds: float) -> FailureClass | None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if died := self.alive():
+                return died
+        return None
 
     def alive(self) -> FailureClass | None:
         try:
