@@ -46,7 +46,7 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
         if not self._named:
-            _name_metrics(trial.study)
+            name_metrics(trial.study, OBJECTIVES)
             self._named = True
         params = self.space.suggest(trial, self.context)
         problems = self.space.violations(params, self.context)
@@ -95,8 +95,9 @@ class Objective:
             trial.set_constraint(str(limit), limit.constraint(observed))
 
 
-def _name_metrics(study: optuna.Study) -> None:
-    if study.metric_names != list(OBJECTIVES):
+def name_metrics(study: optuna.Study, names: Sequence[str]) -> None:
+    """What optuna-dashboard calls the two objectives (set once per study)."""
+    if study.metric_names != list(names):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(list(OBJECTIVES))
+            study.set_metric_names(list(names))

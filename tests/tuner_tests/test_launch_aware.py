@@ -43,6 +43,8 @@ def test_launch_aware_study_spends_its_budget_and_confirms_the_winner(study_file
     # Every launch is one recorded trial with the levels its SLA search chose.
     trials = records.load_trials(records.connect(cfg.study.storage), cfg.study.name)
     assert len(trials) == outcome.launches and 1 in trials[0].measurements
+    # optuna-dashboard names what a launch reported
+    assert strategy.launcher.study.metric_names == ["output_tok_s@sla_limit", "tok_s_per_user@1"]
     chosen = json.loads(cli("best", "--format", "json", "-c", str(study_file),
                             cwd=tmp_path).stdout)
     assert config_key(chosen["params"]) == config_key(outcome.winner.params)

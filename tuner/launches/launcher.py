@@ -24,6 +24,8 @@ from tuner.sla import Limit, meets
 from tuner.study import MEASURED_KEY
 
 _FIELDS = {f.name for f in fields(Measurement)} - {"failure", "concurrency"}
+# What a launch tells Optuna: throughput at its own SLA limit, and per user at concurrency 1.
+LAUNCH_OBJECTIVES = ("output_tok_s@sla_limit", "tok_s_per_user@1")
 # Trial status of a configuration that ran but failed an integrity gate: never chosen.
 DISQUALIFIED = "disqualified"
 

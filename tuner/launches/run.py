@@ -9,7 +9,7 @@ from tuner import records
 from tuner import render
 from tuner.config import Config
 from tuner.launches.gates import Gates
-from tuner.launches.launcher import Launch
+from tuner.launches.launcher import LAUNCH_OBJECTIVES, Launch
 from tuner.launches.launcher import Launcher
 from tuner.launches.screen import Screen
 from tuner.launches.strategy import PROBE_REFERENCE
@@ -17,6 +17,7 @@ from tuner.launches.strategy import LaunchAware
 from tuner.launches.strategy import Outcome
 from tuner.resume import check_space
 from tuner.resume import keep_config
+from tuner.objective import name_metrics
 from tuner.study import open_study
 from tuner.wiring import backend_from
 from tuner.wiring import deployment_from
@@ -38,6 +39,7 @@ def build(cfg: Config, backend=None) -> LaunchAware:
     launcher = Launcher(open_study(cfg), space, context, backend, workload, limits, engine,
                         cfg.study.name, top, cfg.tuning.long_window_factor)
     check_space(launcher.study, space, cfg)
+    name_metrics(launcher.study, LAUNCH_OBJECTIVES)
     launcher.launches = [Launch.from_record(t, limits)  # resuming: what earlier runs measured
                          for t in records.load_trials(engine, cfg.study.name) if t.measured]
     screen = Screen(deployment_from(cfg), space, context, workload, limits, top,
