@@ -29,6 +29,7 @@ from dflash_core import Engine, SamplingParams, Spec
 log = logging.getLogger("dflash_tune.serve")
 
 MAX_FAILED_ROUNDS = 3
+DEAD = f"engine failed: {MAX_FAILED_ROUNDS} rounds in a row raised"
 
 
 @dataclass(slots=True)
@@ -108,7 +109,7 @@ class EngineLoop:
                     self._admit(block=not self.tickets)
                     self._round()
             if self._failed_rounds >= MAX_FAILED_ROUNDS:
-                self._die(f"engine failed: {MAX_FAILED_ROUNDS} rounds in a row raised")
+                self._die(DEAD)
         except Exception as error:  # our own bookkeeping broke: report it, hang no client
             log.exception("engine loop failed")
             self._die(f"engine failed: {error!r}")
@@ -194,6 +195,9 @@ class EngineLoop:
         log.error("engine round failed; failing the %d requests it served", len(self.tickets),
                   exc_info=error)
         self._failed_rounds += 1
+        if self._failed_rounds >= MAX_FAILED_ROUNDS:
+            # Before its clients hear: whoever learns of the last failure sees a dead engine.
+            self.error = DEAD
         for row in list(self.tickets):
             self._fail(row, f"engine round failed: {error!r}")
         self._gauges()
