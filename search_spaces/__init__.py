@@ -28,32 +28,32 @@ or ``derive`` that reads one is an error (see ``space.py``).
 
 from __future__ import annotations
 
-from search_spaces.errors import SpaceError
-from search_spaces.expr import Expr
-from search_spaces.expr import compile_expr
-from search_spaces.loader import list_spaces
-from search_spaces.loader import load_space
-from search_spaces.params import CategoricalParam
-from search_spaces.params import DerivedParam
-from search_spaces.params import FloatParam
-from search_spaces.params import IntParam
-from search_spaces.params import Param
-from search_spaces.schema import space_from_dict
-from search_spaces.constraint import Constraint
-from search_spaces.space import SearchSpace
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "CategoricalParam",
-    "Constraint",
-    "DerivedParam",
-    "Expr",
-    "FloatParam",
-    "IntParam",
-    "Param",
-    "SearchSpace",
-    "SpaceError",
-    "compile_expr",
-    "list_spaces",
-    "load_space",
-    "space_from_dict",
-]
+# Names -> the module that defines them, imported on first use: ``search_spaces.unique_yaml``
+# (read by the tuner's config loader) must not pull in Optuna through this package.
+_EXPORTS = {
+    "CategoricalParam": "params", "Constraint": "constraint", "DerivedParam": "params",
+    "Expr": "expr", "FloatParam": "params", "IntParam": "params", "Param": "params",
+    "SearchSpace": "space", "SpaceError": "errors", "compile_expr": "expr",
+    "list_spaces": "loader", "load_space": "loader", "space_from_dict": "schema",
+}
+__all__ = ["CategoricalParam", "Constraint", "DerivedParam", "Expr", "FloatParam", "IntParam",
+           "Param", "SearchSpace", "SpaceError", "compile_expr", "list_spaces", "load_space",
+           "space_from_dict"]
+
+if TYPE_CHECKING:  # what static tools see
+    from search_spaces.constraint import Constraint
+    from search_spaces.errors import SpaceError
+    from search_spaces.expr import Expr, compile_expr
+    from search_spaces.loader import list_spaces, load_space
+    from search_spaces.params import CategoricalParam, DerivedParam, FloatParam, IntParam, Param
+    from search_spaces.schema import space_from_dict
+    from search_spaces.space import SearchSpace
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'search_spaces' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"search_spaces.{_EXPORTS[name]}"), name)

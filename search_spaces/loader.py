@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from search_spaces.errors import SpaceError
+from search_spaces.unique_yaml import DuplicateKey, UniqueKeyLoader
 from search_spaces.schema import space_from_dict
 from search_spaces.space import SearchSpace
 
@@ -51,51 +51,10 @@ def _resolve(path_or_name: str | Path) -> Path:
     return path
 
 
-MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _DuplicateKey(yaml.YAMLError):
-    pass
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice (PyYAML keeps the last one silently) with a
-    ``field.path: duplicate key`` line. ``tuner.config_file`` has its twin for ``tuner.yaml``:
-    it cannot import this package, which imports Optuna."""
-
-    def get_single_data(self) -> Any:
-        node = self.get_single_node()
-        if node is None:
-            return None
-        self._check(node, (), set())
-        return self.construct_document(node)
-
-    def _check(self, node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
-        if id(node) in seen:  # an alias: checked where its anchor is
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._check(item, (*path, str(i)), seen)
-        if not isinstance(node, yaml.MappingNode):
-            return
-        keys: set[Hashable] = set()
-        for key_node, value in node.value:
-            # Plain keys by value (`on` and `true` are one key); merge and complex keys are
-            # checked by construction itself.
-            plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag != MERGE_TAG
-            key = self.construct_object(key_node) if plain else None
-            if key is not None and key in keys:
-                where = ".".join((*path, str(key)))
-                raise _DuplicateKey(f"{where}: duplicate key (line {key_node.start_mark.line + 1})")
-            keys.add(key)
-            self._check(value, path if key is None else (*path, str(key)), seen)
-
-
 def _parse_yaml(text: str, path: Path) -> Any:
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except _DuplicateKey as e:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass
+    except DuplicateKey as e:
         raise SpaceError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise SpaceError(f"{path}: invalid YAML: {e}") from None

@@ -150,3 +150,14 @@ def test_the_format_example_in_the_package_docstring_loads() -> None:
     space = search_spaces.space_from_dict(yaml.safe_load(example), "docstring")
     assert space.param_names == ("tp_size", "dp_size", "block", "budget", "mem")
     assert all(not space.violations(p, {"gpus": 8}) for p in space.grid({"gpus": 8}))
+
+
+def test_the_tuners_yaml_reader_loads_no_optuna():
+    """tuner.yaml is read with this package's unique-key loader; `best` must not pay for
+    Optuna to read it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tuner.config_file, search_spaces.unique_yaml; "
+            "assert 'optuna' not in sys.modules; from search_spaces import load_space")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
