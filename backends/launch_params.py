@@ -19,6 +19,11 @@ from dflash_core.speculation.spec import METHODS as SPECULATIVE_ALGORITHMS
 from dflash_core.speculation.spec import Spec, spec_for
 
 GRAPH_LADDERS = ("pow2", "dense")
+# The knobs a running engine could switch (everything else is fixed by the launch), in the
+# order they depend on each other: the method, its block, then the tree's shape.
+SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
+                     "speculative_ddtree_budget", "speculative_ddtree_topk",
+                     "speculative_ddtree_max_depth")
 # What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
 _ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float)}
 

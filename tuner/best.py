@@ -49,7 +49,10 @@ class Emitter:
 
     def argv(self, launch: LaunchParams | None) -> list[str] | None:
         """None where the engine cannot express ``launch`` (or it did not parse)."""
-        return None if self.why_not(launch) else self._render(launch)
+        try:
+            return self._render(launch) if launch is not None else None
+        except InvalidParams:  # UnsupportedParams
+            return None
 
     def why_not(self, launch: LaunchParams | None) -> str | None:
         """Why the engine cannot launch ``launch``; None when it can."""

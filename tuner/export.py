@@ -53,8 +53,7 @@ def trial_dicts(study: str, trials: Sequence[TrialRecord]) -> list[dict[str, Any
     return [{"study": study, "trial": t.trial_number, "status": t.status,
              "measured": t.measured, "backend": t.backend, "params": t.params,
              "command": t.command, "env": t.env, "log_excerpt": t.log_excerpt,
-             "levels": [{"concurrency": c, **t.measurements[c]} for c in sorted(t.measurements)]}
-            for t in trials]
+             "levels": _levels(t)} for t in trials]
 
 
 def flat_rows(study: str, trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
@@ -65,11 +64,14 @@ def flat_rows(study: str, trials: Sequence[TrialRecord]) -> list[dict[str, Any]]
         head = {"study": study, "trial": t.trial_number, "status": t.status,
                 "measured": t.measured, "backend": t.backend,
                 **{k: t.params.get(k) for k in names}}
-        levels = [{"concurrency": c, **t.measurements[c]} for c in sorted(t.measurements)]
-        for level in levels or [{}]:
+        for level in _levels(t) or [{}]:
             rows.append({**head, **{k: level.get(k) for k in _LEVEL_COLUMNS},
                          "command": t.command})
     return rows
+
+
+def _levels(t: TrialRecord) -> list[dict[str, Any]]:
+    return [{"concurrency": c, **t.measurements[c]} for c in sorted(t.measurements)]
 
 
 def export(study: str, trials: Sequence[TrialRecord], fmt: str) -> bytes:

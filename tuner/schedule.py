@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from backends.launch_params import SPECULATION_KNOBS as SPECULATION_KEYS
 from backends.launch_params import LaunchParams
 from tuner.records import TrialRecord
 from tuner.selection import Candidate
@@ -24,9 +25,6 @@ from tuner.selection import Ranking
 from tuner.selection import candidates
 from tuner.sla import Limit
 
-SPECULATION_KEYS = ("speculative_algorithm", "speculative_dflash_block_size",
-                    "speculative_ddtree_budget", "speculative_ddtree_topk",
-                    "speculative_ddtree_max_depth")
 LAYOUT_KEYS = ("tp_size", "dp_size", "ep_size", "enable_dp_attention")
 
 

@@ -9,13 +9,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from backends.launch_params import InvalidParams, LaunchParams
+from backends.launch_params import SPECULATION_KNOBS, InvalidParams, LaunchParams
 from tuner.study import BASELINE
 
 INCUMBENT, BASELINE_ROLE, NEIGHBOUR = "incumbent", "baseline", "neighbour"
 _DEFAULTS = LaunchParams()
-_SPECULATION = ("speculative_dflash_block_size", "speculative_ddtree_budget",
-                "speculative_ddtree_topk", "speculative_ddtree_max_depth")
+_SPECULATION = SPECULATION_KNOBS[1:]  # what a method that is not none reads
 _TREE = _SPECULATION[1:]
 _GRAPHS = ("cuda_graph_max_bs", "cuda_graph_bs_ladder")
 
