@@ -36,12 +36,21 @@ class Workload:
     output_len: int
     concurrency: tuple[int, ...]
     temperature: float = 0.0
+    # Prompts from this file (backends.datasets formats) instead of the target's held-out
+    # prompts or random ids; input_len then only informs the performance model.
+    dataset: str | None = None
+    dataset_output_lens: bool = False  # each request asks for its sample's length, not output_len
+    # Open loop: requests arrive as a Poisson process of this rate (per s), each level's
+    # concurrency capping how many are in flight. None: closed loop, exactly that many in flight.
+    request_rate: float | None = None
 
     def __post_init__(self) -> None:
         if self.input_len < 1 or self.output_len < 1:
             raise ValueError("input_len and output_len must be >= 1")
         if not self.concurrency or min(self.concurrency) < 1:
             raise ValueError("concurrency levels must be a non-empty list of integers >= 1")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError(f"request_rate must be > 0 requests/s, got {self.request_rate}")
 
 
 @dataclass(slots=True)

@@ -21,6 +21,9 @@ _PATTERNS: tuple[tuple[FailureClass, str], ...] = (
     (FailureClass.OOM, r"Not enough memory|No available memory for the cache blocks"),
     (FailureClass.OOM, r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"),
     (FailureClass.OOM, r"larger than the maximum number of tokens that can be stored in KV cache"),
+    # vLLM: the KV cache cannot hold one request of --max-model-len (a ValueError, so before
+    # INVALID_CONFIG's catch-all): more memory, or a shorter context, fixes it.
+    (FailureClass.OOM, r"KV cache is needed, which is larger than the available KV cache memory"),
     # Host memory (CPU engines): torch's allocator, the C++ runtime, Python.
     (FailureClass.OOM, r"DefaultCPUAllocator:\s+can't allocate memory|std::bad_alloc|MemoryError"),
     (FailureClass.PORT_IN_USE, r"Address already in use|EADDRINUSE|\[Errno 98\]"),

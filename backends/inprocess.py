@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from backends.base import Backend, refusals
@@ -22,7 +23,7 @@ from backends.failure_log import classify
 from backends.flags import render_command
 from backends.latency import LevelResult, RequestResult
 from backends.launch_params import LaunchParams, to_spec
-from backends.prompts import workload_prompts
+from backends.prompts import prompt_set
 from backends.session import Session
 
 
@@ -95,11 +96,19 @@ class _EngineSession(Session):
 
         super().__init__()
         self.backend, self.engine, self.spec, self.warm = backend, engine, spec, False
-        self.prompts = workload_prompts(backend.deployment.target.model_path,
-                                        workload.input_len, 64, backend.seed)
-        # No stop tokens: every request produces exactly output_len tokens, like ignore_eos.
-        self.sampling = SamplingParams(temperature=workload.temperature,
-                                       max_tokens=workload.output_len, seed=backend.seed)
+        if workload.request_rate is not None:
+            raise ValueError("the in-process backend measures closed loops only; "
+                             "workload.request_rate needs a server backend")
+        prompts = prompt_set(workload, backend.deployment.target.model_path, 64, backend.seed)
+        if not all(isinstance(p, list) for p in prompts.prompts):
+            raise ValueError(f"{prompts.source}: the in-process engine takes token ids, and "
+                             "the target has no tokenizer.json to make them from text")
+        # No stop tokens: every request produces exactly its max_tokens, like ignore_eos.
+        sampling = SamplingParams(temperature=workload.temperature,
+                                  max_tokens=workload.output_len, seed=backend.seed)
+        lens = prompts.output_lens or [workload.output_len] * len(prompts.prompts)
+        self.requests = [(p, replace(sampling, max_tokens=n))
+                         for p, n in zip(prompts.prompts, lens)]
 
     def _level(self, concurrency: int, requests: int | None) -> Measurement:
         b = self.backend
@@ -118,7 +127,7 @@ class _EngineSession(Session):
 
         with torch.inference_mode():
             batch = self.engine.open_batch(self.spec, seed=self.backend.seed)
-            return _ClosedLoop(batch, self.prompts, self.sampling, concurrency, total).run()
+            return _ClosedLoop(batch, self.requests, concurrency, total).run()
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> list[str]:
         import torch
@@ -135,11 +144,11 @@ class _EngineSession(Session):
 
 
 class _ClosedLoop:
-    def __init__(self, batch, prompts, sampling, concurrency: int, total: int) -> None:
-        self.batch, self.prompts, self.sampling = batch, prompts, sampling
+    def __init__(self, batch, requests, concurrency: int, total: int) -> None:
+        self.batch, self.requests = batch, requests  # (prompt ids, SamplingParams), cycled
         self.concurrency, self.total = concurrency, total
         self.results: list[RequestResult] = []
-        self.waiting: deque[tuple[RequestResult, list[int]]] = deque()
+        self.waiting: deque[tuple[RequestResult, tuple]] = deque()
         self.by_row: dict[int, RequestResult] = {}
 
     def run(self) -> LevelResult:
@@ -159,7 +168,7 @@ class _ClosedLoop:
         while in_flight < self.concurrency and len(self.results) < self.total:
             result = RequestResult(start_s=time.perf_counter())
             self.results.append(result)
-            self.waiting.append((result, self.prompts[len(self.results) % len(self.prompts)]))
+            self.waiting.append((result, self.requests[len(self.results) % len(self.requests)]))
             in_flight += 1
 
     def _admit(self) -> None:
@@ -167,7 +176,7 @@ class _ClosedLoop:
             self.batch.release(row)
         room = min(len(self.waiting), len(self.batch.free_rows()))
         joining = [self.waiting.popleft() for _ in range(room)]
-        events = self.batch.admit([p for _, p in joining], [self.sampling] * room)
+        events = self.batch.admit([p for _, (p, _) in joining], [s for _, (_, s) in joining])
         for (result, _), event in zip(joining, events):
             self.by_row[event.row] = result
         self._record(events)

@@ -1,9 +1,12 @@
-"""Closed-loop load generator for OpenAI-compatible streaming servers (SGLang, vLLM, ours).
+"""Load generator for OpenAI-compatible streaming servers (SGLang, vLLM, ours).
 
 Per concurrency level: a short warm-up, one open connection per simulated user, a metrics
-scrape, ``requests_per_level`` requests with exactly ``concurrency`` in flight (a user sends its
-next request as soon as its previous one ends), a second scrape for run-local acceptance
-(:mod:`backends.spec_metrics`).
+scrape, ``requests_per_level`` requests, a second scrape for run-local acceptance
+(:mod:`backends.spec_metrics`). Closed loop by default: exactly ``concurrency`` in flight (a
+user sends its next request as soon as its previous one ends). With ``request_rate``, open loop:
+requests arrive as a seeded Poisson process and ``concurrency`` caps how many are in flight; one
+that arrives when every user is busy waits for a free one, and that wait is not in its TTFT
+(as with ``vllm bench serve --request-rate R --max-concurrency C``).
 
 Each request is timed on the client with ``time.perf_counter`` from just before it is sent:
 TTFT to the first streamed chunk that carries text, ITL between such chunks, E2E to the end of
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
 import ssl
 import sys
 import time
@@ -58,6 +62,9 @@ class LoadSpec:
     metrics_flavor: str = "none"  # "sglang" | "vllm" | "dflash" | "none"
     # SGLang, vLLM and ours accept it; it makes every request produce exactly output_len tokens.
     ignore_eos: bool = True
+    output_lens: list[int] | None = None  # per prompt, in order; None: output_len for every one
+    request_rate: float | None = None  # requests/s of an open loop; None: closed loop
+    seed: int = 0  # of the open loop's arrival times
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -68,6 +75,16 @@ class LoadSpec:
             raise ValueError(f"{CHAT_ENDPOINT} takes text prompts, not token ids")
         if self.metrics_flavor not in FLAVORS:
             raise ValueError(f"metrics_flavor must be one of {', '.join(FLAVORS)}")
+        if self.output_lens is not None and (len(self.output_lens) != len(self.prompts)
+                                             or min(self.output_lens) < 1):
+            raise ValueError("output_lens must give a length >= 1 for each prompt")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError("request_rate must be > 0 requests/s")
+
+    def requests(self) -> Iterator[tuple[list[int] | str, int]]:
+        """(prompt, max_tokens) pairs, cycled forever."""
+        lens = self.output_lens or [self.output_len] * len(self.prompts)
+        return itertools.cycle(list(zip(self.prompts, lens)))
 
     def level_requests(self, concurrency: int) -> int:
         # Two waves at least, so that every slot sees a request start mid-run.
@@ -84,7 +101,7 @@ def run_load(spec: LoadSpec, gpus: int = 1) -> list[Measurement]:
 
 async def run_levels(spec: LoadSpec) -> list[LevelResult]:
     """Run the levels in order; never raises for a failing server."""
-    prompts = itertools.cycle(spec.prompts)
+    prompts = spec.requests()
     async with contextlib.AsyncExitStack() as stack:
         users = [await stack.enter_async_context(client) for client in _clients(spec)]
         return [await _run_level(users, spec, prompts, c) for c in spec.concurrency_levels]
@@ -115,7 +132,11 @@ async def _run_level(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: It
     probe = asyncio.create_task(_probe_lag(lags))
     start = time.perf_counter()
     n = spec.level_requests(concurrency)
-    requests = await _closed_loop(users, spec, prompts, concurrency, n)
+    if spec.request_rate is None:
+        requests = await _closed_loop(users, spec, prompts, concurrency, n)
+    else:
+        arrivals = random.Random(f"{spec.seed}:{concurrency}")  # the same times every run
+        requests = await _open_loop(users[:concurrency], spec, prompts, n, arrivals)
     wall_s = time.perf_counter() - start
     probe.cancel()
     after = await scrape(scraper, spec.metrics_flavor)
@@ -151,11 +172,36 @@ async def _closed_loop(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: 
     return results
 
 
-async def _send(client: httpx.AsyncClient, spec: LoadSpec, prompt: list[int] | str
-                ) -> RequestResult:
+async def _open_loop(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: Iterator,
+                     n: int, arrivals: random.Random) -> list[RequestResult]:
+    """``n`` requests arriving at exponential gaps of mean 1 / request_rate, each sent by the
+    first free user (so at most ``len(users)`` in flight)."""
+    results: list[RequestResult] = []
+    free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+    for user in users:
+        free.put_nowait(user)
+
+    async def arrive(request: tuple[list[int] | str, int]) -> None:
+        client = await free.get()
+        try:
+            results.append(await _send(client, spec, request))
+        finally:
+            free.put_nowait(client)
+
+    sent = []
+    for i in range(n):
+        if i:
+            await asyncio.sleep(arrivals.expovariate(spec.request_rate))
+        sent.append(asyncio.create_task(arrive(next(prompts))))
+    await asyncio.gather(*sent)
+    return results
+
+
+async def _send(client: httpx.AsyncClient, spec: LoadSpec,
+                request: tuple[list[int] | str, int]) -> RequestResult:
     result = RequestResult(start_s=time.perf_counter())
     try:
-        await _within(spec.timeout_s, _stream(client, spec, prompt, result))
+        await _within(spec.timeout_s, _stream(client, spec, request, result))
     except asyncio.TimeoutError:
         result.error = f"timed out after {spec.timeout_s:g} s"
     # Any error, not just httpx's: a misbehaving server must cost one request, not the sweep.
@@ -177,9 +223,9 @@ async def _within(seconds: float, work: Coroutine[Any, Any, None]) -> None:
         await work
 
 
-async def _stream(client: httpx.AsyncClient, spec: LoadSpec, prompt: list[int] | str,
-                  result: RequestResult) -> None:
-    async with client.stream("POST", spec.endpoint, json=_payload(spec, prompt)) as response:
+async def _stream(client: httpx.AsyncClient, spec: LoadSpec,
+                  request: tuple[list[int] | str, int], result: RequestResult) -> None:
+    async with client.stream("POST", spec.endpoint, json=_payload(spec, *request)) as response:
         if response.status_code != 200:
             body = (await response.aread()).decode(errors="replace")
             result.error = f"HTTP {response.status_code}: {body[:300]}"
@@ -196,9 +242,9 @@ async def _stream(client: httpx.AsyncClient, spec: LoadSpec, prompt: list[int] |
     result.output_tokens = int(usage.get("completion_tokens") or len(result.token_times))
 
 
-def _payload(spec: LoadSpec, prompt: list[int] | str) -> dict[str, Any]:
+def _payload(spec: LoadSpec, prompt: list[int] | str, max_tokens: int) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": spec.model, "max_tokens": spec.output_len, "temperature": spec.temperature,
+        "model": spec.model, "max_tokens": max_tokens, "temperature": spec.temperature,
         "stream": True, "stream_options": {"include_usage": True},
     }
     if spec.ignore_eos:

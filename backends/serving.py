@@ -24,7 +24,7 @@ from backends.drain import wait_drained
 from backends.flags import render_command, render_env
 from backends.launch_params import LaunchParams
 from backends.loadgen import LoadSpec, run_load
-from backends.prompts import held_out_prompts, random_prompts
+from backends.prompts import PromptSet, prompt_set
 from backends.server import RunningServer, ServerError, ServerSpec, free_port, launched
 from backends.session import Session
 
@@ -35,6 +35,7 @@ class ServerBackend(Backend):
     engine: ClassVar[str]
     metrics_flavor: ClassVar[str]
     health_paths: ClassVar[tuple[str, ...]] = ("/health", "/v1/models")
+    stop_timeout_s: ClassVar[float] = 10.0  # SIGTERM grace before the group is SIGKILLed
 
     def __init__(self, deployment: Deployment, start_timeout_s: float = 900.0,
                  requests_per_level: int | None = None, warmup_requests: int = 2,
@@ -48,7 +49,8 @@ class ServerBackend(Backend):
         return self._argv(launch, self.deployment.target.port)
 
     def env(self, launch: LaunchParams) -> dict[str, str]:
-        return render_env(self.engine, launch, self.deployment.engine_version)
+        return render_env(self.engine, launch, self.deployment.engine_version,
+                          self.deployment.target)
 
     @contextlib.contextmanager
     def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:
@@ -57,7 +59,7 @@ class ServerBackend(Backend):
             argv = self.executable(self._argv(launch, port))
             env = self.env(launch)
         spec = ServerSpec(argv, port, self.deployment.target.host, env, self.health_paths,
-                          self.start_timeout_s)
+                          self.start_timeout_s, self.stop_timeout_s)
         began = time.perf_counter()
         try:
             with launched(spec) as server:
@@ -71,25 +73,26 @@ class ServerBackend(Backend):
         """The argv to run here (the emitted command may name a console script)."""
         return argv
 
-    def prompts(self, workload: Workload) -> list[list[int]]:
-        """Random token ids of the workload's input length (safe ids for any real vocab)."""
-        return random_prompts(min(2 * max(workload.concurrency), 512), workload.input_len,
-                              self.seed)
+    def prompts(self, workload: Workload) -> PromptSet:
+        """The workload's dataset, else the target's held-out prompts, else random ids."""
+        return prompt_set(workload, self.deployment.target.model_path,
+                          min(2 * max(workload.concurrency), 512), self.seed)
 
     def _argv(self, params: LaunchParams, port: int) -> list[str]:
         target = replace(self.deployment.target, port=port)
         return render_command(self.engine, params, target, self.deployment.engine_version,
                               self.deployment.flag_overrides)
 
-    def load_spec(self, base_url: str, workload: Workload, concurrency: int,
-                  requests: int | None) -> LoadSpec:
+    def load_spec(self, base_url: str, workload: Workload, prompts: PromptSet,
+                  concurrency: int, requests: int | None) -> LoadSpec:
         return LoadSpec(
             base_url=base_url, model=self.deployment.target.model_path,
-            prompts=self.prompts(workload), output_len=workload.output_len,
-            concurrency_levels=(concurrency,),
+            prompts=prompts.prompts, output_len=workload.output_len,
+            output_lens=prompts.output_lens, concurrency_levels=(concurrency,),
             requests_per_level=requests or self.requests_per_level,
             warmup_requests=self.warmup_requests, temperature=workload.temperature,
-            timeout_s=self.timeout_s, metrics_flavor=self.metrics_flavor)
+            timeout_s=self.timeout_s, metrics_flavor=self.metrics_flavor,
+            request_rate=workload.request_rate, seed=self.seed)
 
 
 DEATH_SETTLE_S = 2.0
@@ -103,6 +106,7 @@ class _ServerSession(Session):
         super().__init__()
         self.backend, self.server, self.workload = backend, server, workload
         self.gpus = gpus  # what output_tok_s_per_gpu divides by: the launch's, not the node's
+        self.prompts = backend.prompts(workload)  # once a launch: a dataset is read once
 
     def _level(self, concurrency: int, requests: int | None) -> Measurement:
         died = self.alive()
@@ -112,7 +116,8 @@ class _ServerSession(Session):
         if left:
             return Measurement.failed(concurrency, FailureClass.TRANSIENT,
                                       f"server still held {left:g} requests before this level")
-        spec = self.backend.load_spec(self.server.base_url, self.workload, concurrency, requests)
+        spec = self.backend.load_spec(self.server.base_url, self.workload, self.prompts,
+                                      concurrency, requests)
         row = run_load(spec, self.gpus)[0]
         # A server that died under load is a crash, not slow numbers. Its sockets close before
         # the kernel reports the exit, so failed requests give it a moment to show it died.
@@ -159,6 +164,9 @@ class VLLMBackend(ServerBackend):
     name = "vllm"
     engine = "vllm"
     metrics_flavor = "vllm"
+    # Its API server, EngineCore and Worker processes shut down in turn, and each holds shared
+    # memory that only a clean exit unlinks.
+    stop_timeout_s = 30.0
 
 
 class DFlashServeBackend(ServerBackend):
@@ -174,8 +182,3 @@ class DFlashServeBackend(ServerBackend):
         if argv[:2] == ["dflash-tune", "serve"]:
             return [sys.executable, "-m", "backends.dflash_server", *argv[2:]]
         return argv
-
-    def prompts(self, workload: Workload) -> list[list[int]]:
-        """The pair's held-out prompts when the target ships them (real acceptance)."""
-        return (held_out_prompts(self.deployment.target.model_path, workload.input_len)
-                or super().prompts(workload))

@@ -65,7 +65,7 @@ class Emitter:
         return None
 
     def env(self, launch: LaunchParams) -> dict[str, str]:
-        return render_env(self.engine, launch, self.version)
+        return render_env(self.engine, launch, self.version, self.target)
 
     def label(self, launch: LaunchParams | None) -> str:
         return engine_label(self.engine, launch) if launch else "not launchable"

@@ -76,6 +76,10 @@ def run(config: ConfigOpt = None, backend: Annotated[str | None, typer.Option(
     """Run (or resume) a study and store every trial in the results DB."""
     cfg = _config(config, **{"backend.name": backend, "study.n_trials": trials,
                              "study.storage": storage, "study.name": study})
+    from tuner.wiring import prompt_warning
+
+    if warning := prompt_warning(cfg):
+        render.note(f"warning: {warning}", "yellow")
     try:
         if cfg.tuning.strategy == "launch_aware":
             from tuner.launches.run import run_launch_aware

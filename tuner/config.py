@@ -105,6 +105,12 @@ class WorkloadConfig(_Section):
     # stays flat while requests wait minutes for their first token.
     ttft_p50_ms: float | None = Field(5000.0, gt=0)
     ttft_p99_ms: float | None = Field(15000.0, gt=0)
+    # Real prompts for measuring backends (JSONL of prompt text or ids, `vllm bench serve`'s
+    # custom format, ShareGPT JSON); null: the target's held-out prompts if it ships them, else
+    # random ids, which understate a drafter's acceptance.
+    dataset: str | None = None
+    dataset_output_lens: bool = False  # the dataset's reply lengths instead of output_len
+    request_rate: float | None = Field(None, gt=0)  # open-loop Poisson arrivals, requests/s
 
     @field_validator("sla")
     @classmethod
@@ -157,6 +163,13 @@ class BackendConfig(_Section):
     extra_args: list[str] = []
     # Follow an engine's flag rename without a code change: logical key -> flag (null drops it).
     flag_overrides: dict[str, str | None] = {}
+    # The command that starts the engine in place of its own (`vllm serve`, ...), e.g. a venv's
+    # interpreter: [.venv-vllm/bin/python, -m, vllm.entrypoints.openai.api_server].
+    launcher: list[str] = []
+    env: dict[str, str] = {}  # for the server, and printed before its command by `best`
+    # cpu: the engine's CPU build (vLLM's: no CUDA graphs, KV cache sized by kv_cache_gib).
+    device: Literal["cuda", "cpu"] = "cuda"
+    kv_cache_gib: float | None = Field(None, gt=0)
     # The model backend's fitted constants (see `dflash-tune calibrate`); fitted on the
     # reference node's numbers.
     efficiency: dict[str, float] = {

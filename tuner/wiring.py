@@ -17,9 +17,12 @@ from tuner.config import Config
 def launch_target_from(cfg: Config) -> LaunchTarget:
     b, d = cfg.backend, cfg.drafter
     port = b.port if b.port is not None else default_port(b.engine)
+    kv_bytes = None if b.kv_cache_gib is None else int(b.kv_cache_gib * 2**30)
     return LaunchTarget(model_path=cfg.model.path, drafter_path=d.path if d else None,
                         host=b.host, port=port, context_length=b.context_length,
-                        extra_args=tuple(b.extra_args))
+                        extra_args=tuple(b.extra_args), launcher=tuple(b.launcher),
+                        env=tuple(sorted(b.env.items())), device=b.device,
+                        kv_cache_bytes=kv_bytes)
 
 
 def deployment_from(cfg: Config) -> Deployment:
@@ -38,7 +41,8 @@ def deployment_from(cfg: Config) -> Deployment:
 def workload_from(cfg: Config) -> Workload:
     w = cfg.workload
     return Workload(input_len=w.input_len, output_len=w.output_len,
-                    concurrency=tuple(w.concurrency))
+                    concurrency=tuple(w.concurrency), dataset=w.dataset,
+                    dataset_output_lens=w.dataset_output_lens, request_rate=w.request_rate)
 
 
 def backend_from(cfg: Config) -> Backend:
@@ -85,3 +89,26 @@ def space_context(cfg: Config) -> dict[str, Any]:
         "num_experts": model.num_experts,
         "drafter_block_size": cfg.drafter.block_size if cfg.drafter else 1,
     }
+
+
+def prompt_warning(cfg: Config) -> str | None:
+    """Read the workload's dataset once, so a bad file stops `run` before any launch
+    (``ConfigError``); say so when a measuring backend would send random token ids."""
+    from backends.datasets import DatasetError
+    from backends.prompts import RANDOM_SOURCE, prompt_set, prompt_source
+    from tuner.config_checks import MEASURED
+    from tuner.errors import ConfigError
+
+    if cfg.backend.name not in MEASURED:
+        return None
+    workload = workload_from(cfg)
+    if workload.dataset:
+        try:
+            prompt_set(workload, cfg.model.path, 1)
+        except DatasetError as error:
+            raise ConfigError([f"workload.dataset: {error}"]) from None
+        return None
+    if prompt_source(workload, cfg.model.path) != RANDOM_SOURCE:
+        return None
+    return ("the prompts are random token ids, which understate a drafter's acceptance (it "
+            "never saw such text); set workload.dataset to real prompts")

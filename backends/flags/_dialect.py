@@ -35,6 +35,26 @@ class LaunchTarget:
     context_length: int | None = None
     trust_remote_code: bool = True
     extra_args: tuple[str, ...] = ()  # appended verbatim at the end
+    # The command that starts the engine, in place of its usual one (`vllm serve`,
+    # `python -m sglang.launch_server`, `dflash-tune serve`): a venv's interpreter, a wrapper.
+    launcher: tuple[str, ...] = ()
+    # Set for the server and printed before its command; the user's, over any the engine needs.
+    env: tuple[tuple[str, str], ...] = ()
+    # "cuda", or "cpu" for an engine's CPU build (vLLM's: no CUDA graphs; the KV cache is sized
+    # in bytes, since its memory fraction would be a fraction of the host's RAM).
+    device: str = "cuda"
+    kv_cache_bytes: int | None = None  # device "cpu": the KV cache (None: the engine's CPU default)
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+
+    def head(self, *default: str) -> tuple[str, ...]:
+        """The command that starts the engine: the launcher if one is set, else `default`."""
+        return self.launcher or default
+
+
+DEVICES = ("cuda", "cpu")
 
 
 @dataclass(slots=True, frozen=True)

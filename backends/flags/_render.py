@@ -49,10 +49,13 @@ def render_command(
     return [*out.args, *target.extra_args]
 
 
-def render_env(engine: str, params: LaunchParams, version: str | None = None) -> dict[str, str]:
-    """Environment variables the launch of ``params`` needs (knobs without a CLI flag)."""
+def render_env(engine: str, params: LaunchParams, version: str | None = None,
+               target: LaunchTarget | None = None) -> dict[str, str]:
+    """Environment variables the launch of ``params`` needs (knobs without a CLI flag), then
+    ``target``'s own (the user's, which win)."""
     dialect = _dialect(engine)
-    return dialect.env(params, dialect.table(_version(dialect, version)))
+    needed = dialect.env(params, dialect.table(_version(dialect, version)))
+    return {**needed, **dict(target.env if target else ())}
 
 
 def is_experimental(engine: str, params: LaunchParams) -> bool:

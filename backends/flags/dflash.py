@@ -40,7 +40,7 @@ TABLES = (FlagTable(VersionRange("0.1.0", "0.1.x"), FLAGS),)
 def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     """Write ``dflash-tune serve ...`` for ``params`` into ``out``."""
     _check_supported(params, out.label)
-    out.raw("dflash-tune", "serve")
+    out.raw(*target.head("dflash-tune", "serve"))
     out.add("target", target.model_path)
     out.add("speculative_algorithm", params.speculative_algorithm)
     if params.speculative:

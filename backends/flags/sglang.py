@@ -83,7 +83,7 @@ TABLES = (
 
 def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     """Write ``python -m sglang.launch_server ...`` for ``params`` into ``out``."""
-    out.raw("python", "-m", "sglang.launch_server")
+    out.raw(*target.head("python", "-m", "sglang.launch_server"))
     out.add("model_path", target.model_path)
     if target.trust_remote_code:
         out.add("trust_remote_code")

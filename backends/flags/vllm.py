@@ -32,6 +32,8 @@ _FLAGS = {
     "enforce_eager": "--enforce-eager",
     "host": "--host",
     "port": "--port",
+    "model": "--model",  # launchers other than `vllm serve` take the model as an option
+    "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
 }
 
 # Older ranges go in front when someone checks their wheels.
@@ -41,7 +43,14 @@ TABLES = (FlagTable(VersionRange("0.30.0", "0.33.x"), _FLAGS),)
 def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     """Write ``vllm serve <model> ...`` for ``params`` into ``out``."""
     _check_supported(params, out.label)
-    out.raw("vllm", "serve", target.model_path)
+    head = target.head("vllm", "serve")
+    out.raw(*head)
+    # Only `vllm serve` takes the model positionally; the API server module
+    # (`python -m vllm.entrypoints.openai.api_server`) and its wrappers take --model.
+    if head[-1] == "serve":
+        out.raw(target.model_path)
+    else:
+        out.add("model", target.model_path)
     if target.trust_remote_code:
         out.add("trust_remote_code")
     out.add("tensor_parallel_size", params.tp_size)
@@ -51,11 +60,12 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
         out.add("enable_expert_parallel")
     if params.speculative:
         out.add("speculative_config", compact_json(_speculative_config(params, target, out)))
-    out.add("gpu_memory_utilization", fraction(params.mem_fraction_static))
+    _memory(params, target, out)
     out.add("max_num_seqs", params.max_running_requests)
     if target.context_length is not None:
         out.add("max_model_len", target.context_length)
-    _cuda_graphs(params, out)
+    if target.device == "cuda":  # the CPU build captures no CUDA graphs; it compiles instead
+        _cuda_graphs(params, out)
     out.add("host", target.host)
     out.add("port", target.port)
 
@@ -91,6 +101,15 @@ def _speculative_config(params: LaunchParams, target: LaunchTarget, out: Argv) -
         # vLLM counts mask slots after the anchor: block 8 -> 7.
         "num_speculative_tokens": params.speculative_dflash_block_size - 1,
     }
+
+
+def _memory(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
+    if target.device == "cuda":
+        out.add("gpu_memory_utilization", fraction(params.mem_fraction_static))
+    # On CPU the fraction is of the host's RAM, and vLLM refuses to start when that much is not
+    # free: a shared machine needs the KV cache sized in bytes (the fraction check then skips).
+    elif target.kv_cache_bytes is not None:
+        out.add("kv_cache_memory_bytes", target.kv_cache_bytes)
 
 
 def _cuda_graphs(params: LaunchParams, out: Argv) -> None:

@@ -44,7 +44,7 @@ class PerfModelBackend(Backend):
 
     def env(self, launch: LaunchParams) -> dict[str, str]:
         d = self.deployment
-        return render_env(d.engine, launch, d.engine_version)
+        return render_env(d.engine, launch, d.engine_version, d.target)
 
     @contextlib.contextmanager
     def session(self, launch: LaunchParams, workload: Workload) -> Iterator[Session]:

@@ -26,6 +26,7 @@ from dflash_core.training.drafter_train import default_gamma, regenerate, train_
 from dflash_core.training.evaluate import acceptance_report
 from dflash_core.training.optim import Schedule, init_weights
 from dflash_core.training.target_train import held_out_loss, sample_windows, train_target
+from dflash_core.training import hf_layout
 from dflash_core.training.tokenizer import MASK, encode_files, train_tokenizer
 
 Progress = Callable[[str, int, int, float | None], None]  # stage, step, total, loss
@@ -121,6 +122,7 @@ def _save(out: Path, target: Target, drafter: Drafter, tokenizer, prompts: list[
         model.float()  # the saved (rounded) weights are what every later measurement loads
     tokenizer.save(str(out / "target" / "tokenizer.json"))
     (out / "heldout_prompts.json").write_text(json.dumps(prompts))
+    hf_layout.complete(out)
 
 
 def _manifest(recipe: Recipe, target_losses: list[float], drafter_losses: list[float],

@@ -33,4 +33,9 @@ def ensure_pair(directory: Path | None = None, recipe=None, progress=None) -> Pa
         from dflash_core.training.build import build_pair
 
         build_pair(directory, recipe, progress)
+    else:
+        # A pair built before the HF fields real engines need: add them, weights untouched.
+        from dflash_core.training import hf_layout
+
+        hf_layout.complete(directory)
     return directory

@@ -130,3 +130,49 @@ def test_supported_versions(version):
 def test_unsupported_version_lists_ranges(version):
     with pytest.raises(ValueError, match=r"supported versions: 0\.30\.0-0\.33\.x"):
         render_command("vllm", LaunchParams(), TARGET, version)
+
+
+# --- vLLM's CPU build and launchers ------------------------------------------------------------
+
+
+def test_the_cpu_build_gets_no_cuda_graph_flags_and_a_kv_cache_in_bytes():
+    params = LaunchParams(tp_size=1, speculative_algorithm="dflash",
+                          speculative_dflash_block_size=4, max_running_requests=4,
+                          cuda_graph=True, mem_fraction_static=0.9)
+    target = LaunchTarget(model_path="/pair/target", drafter_path="/pair/drafter", port=8000,
+                          context_length=512, device="cpu", kv_cache_bytes=2**30)
+    argv = render_command("vllm", params, target)
+    assert argv == [
+        "vllm", "serve", "/pair/target", "--trust-remote-code", "--tensor-parallel-size", "1",
+        "--speculative-config",
+        '{"method":"dflash","model":"/pair/drafter","num_speculative_tokens":3}',
+        "--kv-cache-memory-bytes", "1073741824", "--max-num-seqs", "4",
+        "--max-model-len", "512", *HOST_PORT,
+    ]
+    # Without a size the CPU build's own default holds; still no host-RAM fraction.
+    bare = render_command("vllm", params, LaunchTarget("/m", device="cpu", drafter_path="/d"))
+    assert not {"--gpu-memory-utilization", "--kv-cache-memory-bytes",
+                "--compilation-config", "--enforce-eager"} & set(bare)
+
+
+def test_a_launcher_replaces_vllm_serve_and_then_names_the_model_with_a_flag():
+    launcher = ("/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server")
+    target = LaunchTarget(model_path=KIMI, port=8000, launcher=launcher)
+    argv = render_command("vllm", LaunchParams(cuda_graph=False), target)
+    assert argv[:5] == [*launcher, "--model", KIMI]
+    assert "serve" not in argv
+    # A wrapper that ends in `serve` keeps the positional model.
+    wrapped = LaunchTarget(model_path=KIMI, launcher=("/opt/vllm/bin/vllm", "serve"))
+    assert render_command("vllm", LaunchParams(cuda_graph=False), wrapped)[:3] == [
+        "/opt/vllm/bin/vllm", "serve", KIMI]
+
+
+def test_the_targets_environment_comes_with_the_command_and_wins():
+    target = LaunchTarget(model_path=KIMI, env=(("LD_PRELOAD", "/v/lib/libiomp5.so"),))
+    assert render_env("vllm", LaunchParams(), None, target) == {
+        "LD_PRELOAD": "/v/lib/libiomp5.so"}
+
+
+def test_an_unknown_device_is_refused():
+    with pytest.raises(ValueError, match="device must be one of cuda, cpu"):
+        LaunchTarget(model_path=KIMI, device="tpu")

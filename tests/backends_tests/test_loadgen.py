@@ -354,3 +354,60 @@ def test_sglang_acceptance_falls_back_to_server_info():
 def test_unknown_flavor_is_rejected():
     with pytest.raises(ValueError, match="flavor"):
         accept_len("trtllm", Scrape(), Scrape())
+
+
+# --- open loop and per-prompt lengths ----------------------------------------------------------
+
+
+def test_each_prompt_asks_for_its_own_output_length_in_order(stub):
+    stub.configure(**FAST)
+    spec = stub.spec(prompts=["a", "b", "c"], output_lens=[3, 5, 7], warmup_requests=0,
+                     concurrency_levels=(1,), requests_per_level=6)
+    level = _level(spec)
+    assert [r["tokens_sent"] for r in stub.state()["requests"]] == [3, 5, 7, 3, 5, 7]
+    assert sorted(r.output_tokens for r in level.requests) == [3, 3, 5, 5, 7, 7]
+
+
+def test_output_lengths_must_match_the_prompts():
+    with pytest.raises(ValueError, match="output_lens"):
+        LoadSpec("http://x", "m", ["a", "b"], 4, (1,), output_lens=[3])
+    with pytest.raises(ValueError, match="request_rate"):
+        LoadSpec("http://x", "m", ["a"], 4, (1,), request_rate=0.0)
+
+
+def test_an_open_loop_sends_poisson_arrivals_capped_at_the_concurrency(stub):
+    """Requests arrive at exponential gaps of mean 1 / rate, whatever the server does; the cap
+    holds when arrivals outpace it, and the same seed gives the same arrival times."""
+    stub.configure(ttft_ms=5.0, tokens_per_s=400.0)  # 8 tokens: ~25 ms a request
+    spec = stub.spec(output_len=8, concurrency_levels=(64,), requests_per_level=80,
+                     warmup_requests=0, request_rate=40.0, seed=3)
+    level = _level(spec)
+    starts = sorted(r.start_s for r in level.requests)
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    # Mean gap 25 ms; with 79 gaps the sample mean is within ~35% of it at 3 sigma.
+    assert 0.016 < statistics.mean(gaps) < 0.034
+    # Exponential, not fixed: gaps spread (coefficient of variation ~1; a ticker would give ~0).
+    assert statistics.stdev(gaps) / statistics.mean(gaps) > 0.5
+    # Far more arrivals than a closed loop of 1..64 users pacing themselves would make in flight
+    # at once were never reached: at 40 req/s and 25 ms each, about 1 is in flight.
+    assert stub.state()["max_in_flight"] < 16
+
+    capped = stub.spec(output_len=40, concurrency_levels=(2,), requests_per_level=12,
+                       warmup_requests=0, request_rate=1000.0, seed=3)
+    stub.configure(ttft_ms=5.0, tokens_per_s=400.0)
+    _level(capped)
+    assert stub.state()["max_in_flight"] == 2  # arrivals 1 ms apart, each 100 ms long
+
+
+def test_open_loop_arrival_times_repeat_with_the_seed(stub):
+    def gaps(seed: int) -> list[float]:
+        stub.configure(**FAST)
+        level = _level(stub.spec(output_len=2, concurrency_levels=(8,), requests_per_level=20,
+                                 warmup_requests=0, request_rate=200.0, seed=seed))
+        starts = sorted(r.start_s for r in level.requests)
+        return [b - a for a, b in zip(starts, starts[1:])]
+
+    first, again, other = gaps(1), gaps(1), gaps(2)
+    # Same seed: the same schedule, up to the event loop's timer jitter (~1 ms here).
+    assert statistics.median(abs(a - b) for a, b in zip(first, again)) < 0.002
+    assert statistics.median(abs(a - b) for a, b in zip(first, other)) > 0.001

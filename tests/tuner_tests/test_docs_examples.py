@@ -17,21 +17,22 @@ from tuner.wiring import launch_target_from, space_context, space_from
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples"
-BY_BACKEND = {"model": "model.yaml", "serve": "serve-tiny-pair.yaml",
-              "inprocess": "inprocess-tiny-pair.yaml", "sglang": "sglang.yaml",
-              "vllm": "vllm.yaml"}
+BY_FILE = {"model.yaml": "model", "serve-tiny-pair.yaml": "serve",
+           "inprocess-tiny-pair.yaml": "inprocess", "sglang.yaml": "sglang",
+           "vllm.yaml": "vllm", "vllm-cpu-tiny-pair.yaml": "vllm"}
+TINY_PAIR = ("serve-tiny-pair.yaml", "inprocess-tiny-pair.yaml", "vllm-cpu-tiny-pair.yaml")
 
 
 def test_every_backend_but_the_simulated_node_has_an_example():
-    assert set(BY_BACKEND) == set(BACKENDS) - {"simulated"}  # a tuner developer's tool
-    assert {p.name for p in EXAMPLES.glob("*.yaml")} == {*BY_BACKEND.values(), "vllm_space.yaml"}
+    assert set(BY_FILE.values()) == set(BACKENDS) - {"simulated"}  # a tuner developer's tool
+    assert {p.name for p in EXAMPLES.glob("*.yaml")} == {*BY_FILE, "vllm_space.yaml"}
 
 
-@pytest.mark.parametrize("backend", sorted(BY_BACKEND))
-def test_example_config_loads_and_its_space_samples_launchable_flags(backend, monkeypatch):
+@pytest.mark.parametrize("name", sorted(BY_FILE))
+def test_example_config_loads_and_its_space_samples_launchable_flags(name, monkeypatch):
     monkeypatch.chdir(REPO)
-    cfg = load_config(EXAMPLES / BY_BACKEND[backend])
-    assert cfg.backend.name == backend
+    cfg = load_config(EXAMPLES / name)
+    assert cfg.backend.name == BY_FILE[name]
     space, context = space_from(cfg), space_context(cfg)
     rng, rendered = random.Random(0), 0
     for _ in range(200):
@@ -45,10 +46,10 @@ def test_example_config_loads_and_its_space_samples_launchable_flags(backend, mo
     assert rendered >= 20
 
 
-@pytest.mark.parametrize("backend", ["serve", "inprocess"])
-def test_tiny_pair_examples_describe_the_shipped_drafter(backend, monkeypatch):
+@pytest.mark.parametrize("name", TINY_PAIR)
+def test_tiny_pair_examples_describe_the_shipped_drafter(name, monkeypatch):
     monkeypatch.chdir(REPO)
-    d = load_config(EXAMPLES / BY_BACKEND[backend]).drafter
+    d = load_config(EXAMPLES / name).drafter
     shipped = json.loads((REPO / d.path / "config.json").read_text())
     assert (d.block_size, d.num_layers, d.target_layers, d.num_heads, d.num_kv_heads,
             d.head_dim, d.intermediate_size) == (

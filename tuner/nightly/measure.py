@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from backends import Backend, FailureClass, LaunchParams, Measurement, Workload
 from tuner.interrupt import InterruptGate
@@ -60,7 +60,7 @@ def measure_probe(backend: Backend, probe: Probe, workload: Workload, target: in
 def nightly_workload(workload: Workload, target: int) -> Workload:
     """Only the two levels the verdict reads: a shorter sweep on a real server."""
     levels = tuple(sorted({1, target}))
-    return Workload(workload.input_len, workload.output_len, levels, workload.temperature)
+    return replace(workload, concurrency=levels)
 
 
 def _measure_once(backend: Backend, launch: LaunchParams,
