@@ -33,6 +33,7 @@ import httpx
 
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 DFLASH_EMITTED = "dflash_spec_emitted_tokens_total"
 DFLASH_ROUNDS = "dflash_spec_rounds_total"
 SGLANG_ACCEPT_GAUGE = "sglang:spec_accept_length"
@@ -132,6 +133,25 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 def _vllm(before: Scrape, after: Scrape) -> float | None:
     rate = _ratio(_delta(before, after, VLLM_ACCEPTED), _delta(before, after, VLLM_DRAFTS))
     return None if rate is None else 1.0 + rate
+
+
+def vllm_per_position(before: Scrape, after: Scrape) -> list[float] | None:
+    """Run-local share of drafts accepted at each draft position (0-based), from vLLM's
+    ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position=k}``; None when absent."""
+    drafts = _delta(before, after, VLLM_DRAFTS)
+    first, last = _by_position(before), _by_position(after)
+    if not drafts or not last or set(first) - set(last):
+        return None
+    return [(last[k] - first.get(k, 0.0)) / drafts for k in sorted(last)]
+
+
+def _by_position(scrape: Scrape) -> dict[int, float]:
+    counts: dict[int, float] = {}
+    for s in scrape.samples:
+        if _base(s.name) == _base(VLLM_ACCEPTED_PER_POS) and s.labels.get("position", "").isdigit():
+            k = int(s.labels["position"])
+            counts[k] = counts.get(k, 0.0) + s.value  # summed over engines / DP ranks
+    return counts
 
 
 def _dflash(before: Scrape, after: Scrape) -> float | None:

@@ -31,6 +31,7 @@ from backends.spec_metrics import accept_len
 from backends.spec_metrics import counter_sum
 from backends.spec_metrics import gauge_mean
 from backends.spec_metrics import parse_exposition
+from backends.spec_metrics import vllm_per_position
 
 STUB = Path(__file__).parent / "fake_servers" / "openai_stub.py"
 FAST = {"ttft_ms": 2.0, "tokens_per_s": 2000.0}
@@ -411,3 +412,21 @@ def test_open_loop_arrival_times_repeat_with_the_seed(stub):
     # Same seed: the same schedule, up to the event loop's timer jitter (~1 ms here).
     assert statistics.median(abs(a - b) for a, b in zip(first, again)) < 0.002
     assert statistics.median(abs(a - b) for a, b in zip(first, other)) > 0.001
+
+
+def _vllm_scrape(drafts: float, per_position: list[float]) -> Scrape:
+    """vLLM 0.32's exposition lines as its CPU build printed them for the tiny pair."""
+    model = 'engine="0",model_name="/pair/target"'
+    lines = [f"vllm:spec_decode_num_drafts_total{{{model}}} {drafts}",
+             f"vllm:spec_decode_num_drafts_created{{{model}}} 1.796e+09"]
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{model},position="{k}"}} {v}'
+              for k, v in enumerate(per_position)]
+    return Scrape(parse_exposition("\n".join(lines)))
+
+
+def test_vllm_acceptance_per_draft_position_is_run_local():
+    before = _vllm_scrape(3.0, [2.0, 2.0, 1.0])
+    after = _vllm_scrape(13.0, [10.0, 7.0, 3.0])
+    assert vllm_per_position(before, after) == [0.8, 0.5, 0.2]
+    assert vllm_per_position(Scrape(), Scrape()) is None  # a server without the counters
+    assert vllm_per_position(after, after) is None  # no drafts in the run

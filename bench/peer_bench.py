@@ -1,0 +1,153 @@
+"""Peer benchmark: `dflash-tune serve` against vLLM 0.32's CPU build, same pair, prompts, machine.
+
+Both servers serve the shipped tiny pair (bf16, as both load it) over HTTP to the same load
+generator, on the pair's held-out prompts (greedy, `ignore_eos`), plain decoding and DFlash
+block 8 on both, and our DDTree. Each (engine, method) is one launch; inside it every
+concurrency level is measured `--repeats` times, in rounds (level 1, 4, 8, then again), so a
+slow spell of the machine hits every level alike. Reported: median output tok/s, the spread
+(min-max over repeats, in % of the median), run-local acceptance, and ours / vLLM per cell.
+
+    scripts/install_vllm.sh   # once
+    python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
+        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree] [--our-dtype float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from backends import Deployment, LaunchParams, Workload, get_backend, vllm_cpu
+from backends.flags import LaunchTarget
+from dflash_core.training.pair import ensure_pair
+
+COMMON = {"tp_size": 1, "cuda_graph": False, "max_running_requests": 8}
+METHODS = {
+    "plain": {},
+    "dflash b8": {"speculative_algorithm": "dflash", "speculative_dflash_block_size": 8},
+    "ddtree b8 budget 32": {"speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
+                            "speculative_ddtree_budget": 32, "speculative_ddtree_topk": 4},
+}
+SHORT = {"plain": "plain", "dflash": "dflash b8", "ddtree": "ddtree b8 budget 32"}
+# vLLM's CPU thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" binds its compute threads to
+# all cores but one, which it leaves to the API server; "all" gives them every core.
+BINDS = {"auto": None, "all": f"0-{os.cpu_count() - 1}"}
+
+
+def deployments(python: Path, bind: str | None, context: int,
+                our_dtype: str) -> dict[str, Deployment]:
+    pair = ensure_pair()
+    model = str(pair / "target" / "config.json")
+    # vLLM computes in the checkpoint's dtype (bf16); ours in what it is told.
+    ours = LaunchTarget(str(pair / "target"), str(pair / "drafter"), context_length=context,
+                        extra_args=("--dtype", our_dtype))
+    theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
+                                 context_length=context)
+    if bind:
+        theirs = _with_env(theirs, VLLM_CPU_OMP_THREADS_BIND=bind)
+    return {"serve": Deployment(gpu="cpu", gpus=1, model=model, target=ours, engine="dflash"),
+            "vllm": Deployment(gpu="cpu", gpus=1, model=model, target=theirs, engine="vllm")}
+
+
+def _with_env(target: LaunchTarget, **extra: str) -> LaunchTarget:
+    from dataclasses import replace
+
+    return replace(target, env=(*target.env, *extra.items()))
+
+
+def measure(deployment: Deployment, backend: str, params: dict, levels: tuple[int, ...],
+            repeats: int, requests: int) -> dict[int, list[tuple[float, float | None]]]:
+    """{concurrency: [(output tok/s, accept length), ...]} from one launch."""
+    launch = LaunchParams(**COMMON, **params)
+    workload = Workload(input_len=64, output_len=64, concurrency=levels)
+    runner = get_backend(backend, deployment, requests_per_level=requests, warmup_requests=4)
+    out: dict[int, list[tuple[float, float | None]]] = {c: [] for c in levels}
+    began = time.perf_counter()
+    with runner.session(launch, workload) as session:
+        print(f"  {backend}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        for _ in range(repeats):
+            for c in levels:
+                m = session.measure(c, requests)
+                if not m.ok:
+                    raise RuntimeError(f"{backend} {params} c={c}: {m.failure} {m.log_excerpt}")
+                out[c].append((m.output_tok_s, m.accept_len_mean))
+    return out
+
+
+def summarise(runs: list[tuple[float, float | None]]) -> dict:
+    tok = [t for t, _ in runs]
+    accept = [a for _, a in runs if a is not None]
+    median = statistics.median(tok)
+    return {"tok_s": round(median, 1), "spread_pct": round(100 * (max(tok) - min(tok)) / median, 1),
+            "accept": round(statistics.median(accept), 2) if accept else None,
+            "runs": [round(t, 1) for t in tok]}
+
+
+def run(args) -> list[dict]:
+    python = vllm_cpu.python()
+    if python is None:
+        sys.exit(f"vLLM's CPU build is not in {vllm_cpu.venv()}: run scripts/install_vllm.sh")
+    levels = tuple(int(c) for c in args.concurrency.split(","))
+    deps = deployments(python, BINDS.get(args.vllm_bind, args.vllm_bind), 256, args.our_dtype)
+    rows = []
+    for key in args.methods.split(","):
+        method = SHORT[key]
+        print(f"{method}:", file=sys.stderr)
+        engines = ("serve",) if key == "ddtree" else ("serve", "vllm")  # vLLM has no DDTree
+        results = {e: measure(deps[e], e, METHODS[method], levels, args.repeats, args.requests)
+                   for e in engines}
+        for c in levels:
+            row = {"method": method, "concurrency": c,
+                   **{e: summarise(results[e][c]) for e in engines}}
+            if "vllm" in row:
+                row["ours_over_vllm"] = round(row["serve"]["tok_s"] / row["vllm"]["tok_s"], 3)
+            rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| method | conc. | serve tok/s (spread) | vLLM tok/s (spread) | serve / vLLM "
+            "| accept serve / vLLM |\n|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        ours, theirs = r["serve"], r.get("vllm")
+        lines.append(
+            f"| {r['method']} | {r['concurrency']} | {ours['tok_s']:.0f} ({ours['spread_pct']:.0f}%) | "
+            + (f"{theirs['tok_s']:.0f} ({theirs['spread_pct']:.0f}%) | {r['ours_over_vllm']:.2f} | "
+               if theirs else "- | - | ")
+            + f"{ours['accept'] or '-'} / {(theirs or {}).get('accept') or '-'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--requests", type=int, default=32, help="per level and repeat")
+    parser.add_argument("--methods", default="plain,dflash,ddtree")
+    parser.add_argument("--vllm-bind", default="auto",
+                        help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
+    parser.add_argument("--our-dtype", default="float32",
+                        help="dflash-tune serve --dtype (vLLM runs the checkpoint's bf16)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    began = time.perf_counter()
+    rows = run(args)
+    print(table(rows))
+    print(f"\n{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"{args.repeats} repeats x {args.requests} requests, vLLM bind {args.vllm_bind}, "
+          f"ours in {args.our_dtype}, "
+          f"{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "args": vars(args) | {"json": str(args.json)}},
+                                        indent=2))
+
+
+if __name__ == "__main__":
+    main()
