@@ -9,11 +9,18 @@ at position k, from our engine's per-round counts and from vLLM's per-position c
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import httpx
+
+from backends.flags import LaunchTarget, render_command, render_env
+from backends.launch_params import LaunchParams
+from backends.server import ServerSpec, free_port, launched
+from backends.spec_metrics import Scrape, scrape, vllm_per_position
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,6 +46,38 @@ def completion_ids(base_url: str, model: str, prompts: Sequence[list[int]], max_
             reply.raise_for_status()
             outputs.append(list(reply.json()["choices"][0]["token_ids"]))
     return outputs
+
+
+@dataclass(slots=True, frozen=True)
+class GreedyServer:
+    """A running vLLM to ask for greedy outputs, each batch with its own acceptance counts."""
+
+    base_url: str
+    model: str
+
+    def run(self, prompts: Sequence[list[int]], max_tokens: int
+            ) -> tuple[list[list[int]], list[float] | None]:
+        """Greedy outputs for ``prompts`` and the per-position acceptance over exactly those
+        requests (None without speculation)."""
+        before = asyncio.run(_scrape(self.base_url))
+        outputs = completion_ids(self.base_url, self.model, prompts, max_tokens)
+        return outputs, vllm_per_position(before, asyncio.run(_scrape(self.base_url)))
+
+
+@contextmanager
+def vllm_server(target: LaunchTarget, launch: LaunchParams) -> Iterator[GreedyServer]:
+    """vLLM launched for ``launch`` at ``target`` (on a free port), stopped on the way out."""
+    target = replace(target, port=free_port(target.host))
+    spec = ServerSpec(render_command("vllm", launch, target), target.port, target.host,
+                      render_env("vllm", launch, None, target), start_timeout_s=900,
+                      stop_timeout_s=30)
+    with launched(spec) as server:
+        yield GreedyServer(server.base_url, target.model_path)
+
+
+async def _scrape(base_url: str) -> Scrape:
+    async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
+        return await scrape(client, "vllm")
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

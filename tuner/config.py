@@ -236,6 +236,13 @@ class Config(_Section):
                              f"backend.engine: {wanted}")
         return self
 
+    @model_validator(mode="after")
+    def _open_loop_needs_a_server(self) -> Config:
+        if self.workload.request_rate is not None and self.backend.name == "inprocess":
+            raise ValueError("workload.request_rate (an open loop of arrivals) needs a server "
+                             "backend; inprocess measures closed loops only")
+        return self
+
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``path`` (or the embedded defaults when None), apply dotted-key CLI overrides.
