@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class CheckpointError(ValueError):
-    """A checkpoint or its config does not match what the engine expects."""
+from dflash_core.models.errors import CheckpointError
+from dflash_core.models.yarn import YarnScaling
 
 
 @dataclass(slots=True)
@@ -33,6 +32,7 @@ class ModelConfig:
     norm_topk_prob: bool = True
     decoder_sparse_step: int = 1
     mlp_only_layers: list[int] = field(default_factory=list)
+    rope_scaling: YarnScaling | None = None  # the Kimi DFlash drafters use YaRN
 
     def __post_init__(self) -> None:
         if min(self.vocab_size, self.hidden_size, self.num_hidden_layers) < 1:
@@ -52,8 +52,6 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         raw = raw.get("text_config") or raw
-        if raw.get("rope_scaling"):
-            raise CheckpointError("rope_scaling is not supported by this engine")
         if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
             raise CheckpointError("sliding-window attention layers are not supported by this engine")
         try:
@@ -67,10 +65,11 @@ class ModelConfig:
         theta = (raw.get("rope_parameters") or {}).get("rope_theta")
         if "rope_theta" not in kwargs and theta is not None:
             kwargs["rope_theta"] = theta
-        return cls(**kwargs)
+        return cls(**kwargs, rope_scaling=YarnScaling.from_config(raw))
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__slots__}
+        out["rope_scaling"] = self.rope_scaling and self.rope_scaling.to_dict()
         out["architectures"] = ["Qwen3MoeForCausalLM" if self.num_experts else "Qwen3ForCausalLM"]
         out["model_type"] = "qwen3_moe" if self.num_experts else "qwen3"
         return out

@@ -1,4 +1,5 @@
-"""Checkpoints in the public layouts: HF Qwen3 targets and DFlash drafters (safetensors).
+"""Checkpoints in the public layouts: HF Qwen3 and DeepSeek-V3 / Kimi K2 targets and DFlash
+drafters (safetensors).
 
 Targets: ``config.json`` + ``model.safetensors`` or a sharded ``model.safetensors.index.json``.
 Drafters: ``config.json`` (with ``block_size`` and ``dflash_config``) + ``model.safetensors``
@@ -17,7 +18,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from dflash_core.models.config import CheckpointError, DrafterConfig, ModelConfig, read_config
+from dflash_core.models.architectures import (
+    TargetConfig,
+    build_target,
+    target_config,
+    target_weights,
+)
+from dflash_core.models.config import CheckpointError, DrafterConfig, read_config
 from dflash_core.models.drafter import Drafter
 from dflash_core.models.target import Target
 
@@ -27,11 +34,13 @@ INDEX_FILE = "model.safetensors.index.json"
 
 def load_target(directory: str | Path, dtype: torch.dtype = torch.float32,
                 device: str | torch.device = "cpu") -> Target:
-    config = ModelConfig.from_dict(read_config(directory))
-    return _load_into(Target(config), read_weights(directory), dtype, device)
+    """Qwen3 (dense / MoE) or DeepSeek-V3 / Kimi K2, as its config.json says."""
+    config = target_config(read_config(directory))
+    weights = target_weights(config, read_weights(directory))
+    return _load_into(build_target(config), weights, dtype, device)
 
 
-def load_drafter(directory: str | Path, target: ModelConfig | None = None,
+def load_drafter(directory: str | Path, target: TargetConfig | None = None,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Drafter:
     config = DrafterConfig.from_dict(read_config(directory))
     if target is not None:

@@ -1,0 +1,172 @@
+"""INT4 routed experts in the compressed-tensors "pack-quantized" layout (Kimi K2-Thinking on).
+
+Per linear (``{e}.gate_proj``, ``up_proj``, ``down_proj``):
+  weight_packed [out, ceil(in / 8)] int32: eight 4-bit values per word, the first in the lowest
+                bits, each stored as value + 8 (symmetric int4 in [-8, 7] made unsigned);
+  weight_scale  [out, ceil(in / group)]: one scale per group of `group` inputs;
+  weight_shape  [2] integers: the unpacked [out, in].
+w[o, i] = (nibble - 8) * scale[o, i // group].
+
+The experts are stacked ([E, 2I, H / 8] and [E, H, I / 8]) so one dequantisation feeds the same
+grouped GEMM the BF16 experts use. The state dict keeps the per-expert keys above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dflash_core.models.errors import CheckpointError
+from dflash_core.models.layers import mix_experts
+
+PACK = 8  # 4-bit values per int32 word
+OFFSET = 8  # stored value = int4 value + OFFSET
+SUFFIXES = ("weight_packed", "weight_scale", "weight_shape")
+
+
+@dataclass(slots=True, frozen=True)
+class Int4Scheme:
+    group_size: int = 32
+
+    @classmethod
+    def from_config(cls, quant: dict[str, Any]) -> Int4Scheme:
+        """From a ``quantization_config``; anything but symmetric group-wise INT4 weights in the
+        pack-quantized format is refused."""
+        if quant.get("quant_method") != "compressed-tensors":
+            raise CheckpointError(f"quant_method {quant.get('quant_method')!r} is not supported "
+                                  "(only compressed-tensors pack-quantized INT4)")
+        groups = list((quant.get("config_groups") or {}).values())
+        if len(groups) != 1:
+            raise CheckpointError("quantization_config needs exactly one config group")
+        (group,) = groups
+        fmt = group.get("format") or quant.get("format")
+        weights = group.get("weights") or {}
+        wanted = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group"}
+        wrong = {k: weights.get(k) for k, v in wanted.items() if weights.get(k) != v}
+        if fmt != "pack-quantized" or wrong or group.get("input_activations"):
+            raise CheckpointError(f"quantization scheme not supported: format {fmt!r}, "
+                                  f"weights {wrong or 'ok'}, input_activations "
+                                  f"{group.get('input_activations')!r}")
+        return cls(int(weights.get("group_size") or 32))
+
+    def to_config(self) -> dict[str, Any]:
+        weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                   "group_size": self.group_size, "dynamic": False, "actorder": None}
+        # Everything but the routed experts stays BF16 (what Kimi K2-Thinking ships).
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                              "input_activations": None,
+                                              "output_activations": None}},
+                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                           "re:.*mlp\\.(gate|up|down)_proj.*"]}
+
+
+def quantize(weight: Tensor, group: int) -> tuple[Tensor, Tensor]:
+    """[out, in] float -> (packed [out, ceil(in/8)] int32, scale [out, ceil(in/group)]):
+    symmetric round-to-nearest with scale = max |w| / 7 per group (fixtures, tests)."""
+    out, cols = weight.shape
+    w = nn.functional.pad(weight.float(), (0, -cols % group)).view(out, -1, group)
+    scale = (w.abs().amax(-1, keepdim=True) / 7).clamp_min(1e-8)  # [out, G, 1]
+    q = (w / scale).round().clamp(-8, 7).to(torch.int32).view(out, -1)[:, :cols]
+    return pack(q), scale[..., 0].to(weight.dtype)
+
+
+def pack(q: Tensor) -> Tensor:
+    """[..., in] int values in [-8, 7] -> [..., ceil(in / 8)] int32 words."""
+    q = nn.functional.pad(q + OFFSET, (0, -q.shape[-1] % PACK)).to(torch.int64)
+    shifts = torch.arange(0, 4 * PACK, 4, device=q.device)
+    words = (q.unflatten(-1, (-1, PACK)) << shifts).sum(-1)  # [..., in / 8] in [0, 2**32)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def unpack(packed: Tensor, cols: int) -> Tensor:
+    """[..., W] int32 -> [..., cols] int8 values in [-8, 7]."""
+    shifts = torch.arange(0, 4 * PACK, 4, device=packed.device, dtype=torch.int32)
+    nibbles = (packed[..., None] >> shifts) & 0xF  # [..., W, 8]
+    return (nibbles.flatten(-2)[..., :cols] - OFFSET).to(torch.int8)
+
+
+def dequantize(packed: Tensor, scale: Tensor, cols: int, dtype: torch.dtype) -> Tensor:
+    """[..., out, W] packed + [..., out, G] scales -> [..., out, cols] weights in `dtype`."""
+    group = -(-cols // scale.shape[-1])
+    scales = scale.to(dtype).repeat_interleave(group, dim=-1)[..., :cols]
+    return unpack(packed, cols).to(dtype) * scales
+
+
+class Int4Experts(nn.Module):
+    """E SwiGLU experts with INT4 weights: forward dequantises the stacks into the compute dtype
+    and runs the BF16 experts' grouped GEMM on them (correct everywhere; no INT4 kernel yet)."""
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int, group: int) -> None:
+        super().__init__()
+        self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
+        for name, rows, cols in self._stacks():
+            self.register_buffer(f"{name}_packed", torch.zeros(
+                num_experts, rows, -(-cols // PACK), dtype=torch.int32))
+            self.register_buffer(f"{name}_scale", torch.ones(num_experts, rows, -(-cols // group)))
+        self.register_state_dict_post_hook(_split_int4)
+        self.register_load_state_dict_pre_hook(_stack_int4)
+
+    def _stacks(self) -> tuple[tuple[str, int, int], ...]:
+        return (("gate_up", 2 * self.intermediate, self.hidden),
+                ("down", self.hidden, self.intermediate))
+
+    def dequantized(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """(gate_up [E, 2I, H], down [E, H, I]) in `dtype`."""
+        return tuple(dequantize(getattr(self, f"{name}_packed"), getattr(self, f"{name}_scale"),
+                                cols, dtype) for name, _, cols in self._stacks())
+
+    def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        gate_up, down = self.dequantized(tokens.dtype)  # [E, 2I, H], [E, H, I]
+        return mix_experts(tokens, weights, experts, gate_up, down)
+
+    def per_expert(self, name: str) -> list[tuple[str, Tensor, Tensor, tuple[int, int]]]:
+        """(linear name, packed view, scale view, [out, in]) of every expert, HF key order."""
+        packed, scale = getattr(self, f"{name}_packed"), getattr(self, f"{name}_scale")
+        if name == "down":
+            return [(f"{e}.down_proj", packed[e], scale[e], (self.hidden, self.intermediate))
+                    for e in range(self.num_experts)]
+        halves = zip(packed.split(self.intermediate, 1), scale.split(self.intermediate, 1))
+        shape = (self.intermediate, self.hidden)
+        return [(f"{e}.{proj}", p[e], s[e], shape) for proj, (p, s) in
+                zip(("gate_proj", "up_proj"), halves) for e in range(self.num_experts)]
+
+    def linears(self) -> list[tuple[str, Tensor, Tensor, tuple[int, int]]]:
+        return self.per_expert("gate_up") + self.per_expert("down")
+
+
+def _split_int4(module: Int4Experts, state: dict[str, Tensor], prefix: str, _meta) -> None:
+    """state_dict post-hook: stacks -> the compressed-tensors per-expert keys (views)."""
+    for name, _, _ in module._stacks():
+        state.pop(f"{prefix}{name}_packed")
+        state.pop(f"{prefix}{name}_scale")
+    for linear, packed, scale, shape in module.linears():
+        state[f"{prefix}{linear}.weight_packed"] = packed
+        state[f"{prefix}{linear}.weight_scale"] = scale
+        state[f"{prefix}{linear}.weight_shape"] = torch.tensor(shape, dtype=torch.int32)
+
+
+def _stack_int4(module: Int4Experts, state: dict[str, Tensor], prefix: str, *_rest) -> None:
+    """load_state_dict pre-hook: per-expert keys -> slices of the stacks, in place. A stored
+    weight_shape that is not the module's is refused; an incomplete set is left for
+    load_state_dict to report."""
+    linears = module.linears()
+    keys = [f"{prefix}{linear}.{suffix}" for linear, *_ in linears for suffix in SUFFIXES]
+    if any(key not in state for key in keys):
+        return
+    with torch.no_grad():
+        for linear, packed, scale, shape in linears:
+            stored = tuple(int(v) for v in state[f"{prefix}{linear}.weight_shape"])
+            if stored != shape:
+                raise CheckpointError(f"{prefix}{linear}.weight_shape {stored} != {shape}")
+            packed.copy_(state[f"{prefix}{linear}.weight_packed"])
+            scale.copy_(state[f"{prefix}{linear}.weight_scale"])
+    for key in keys:
+        del state[key]
+    for name, _, _ in module._stacks():
+        state[f"{prefix}{name}_packed"] = getattr(module, f"{name}_packed")
+        state[f"{prefix}{name}_scale"] = getattr(module, f"{name}_scale")
