@@ -11,7 +11,15 @@ from deepseek_helpers import kimi_drafter, make_deepseek
 from test_verify import _causal_logits, _path, _post_following, _prefill, _random_tree, _verify
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dflash_core import DFlashProposer, Engine, EngineConfig, SamplingParams, Spec
+from dflash_core import (
+    AcceptanceProfile,
+    DFlashProposer,
+    Engine,
+    EngineConfig,
+    OracleProposer,
+    SamplingParams,
+    Spec,
+)
 from dflash_core.models.latent_cache import LatentCache
 from dflash_core.models.step import Step
 from dflash_core.speculation.accept import accept
@@ -158,3 +166,17 @@ def test_mla_verify_reads_the_latent_prefix_once_for_all_nodes_and_heads():
                 heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)}
     expanded = [s for s in recorder.outputs if 29 in s and per_head & set(s)]
     assert expanded == []
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_deepseek_steered_drafts_accept_deep_and_stay_lossless(spec):
+    """Drafts that are mostly right, so long paths are accepted and committed in the latent cache."""
+    target = make_deepseek()
+    config = EngineConfig(max_batch=4, max_context=96, max_tree_nodes=32)
+    references = Engine(target, None, config).generate(PROMPTS, SamplingParams(max_tokens=40))
+    full = [p + r for p, r in zip(PROMPTS, references.tokens)]
+    oracle = OracleProposer(full, target.config.vocab_size, BLOCK,
+                            AcceptanceProfile.constant(BLOCK - 1, 0.75, 0.2))
+    result = Engine(target, oracle, config).generate(PROMPTS, GREEDY, spec)
+    assert result.tokens == [r[: GREEDY.max_tokens] for r in references.tokens]
+    assert max(result.stats.acceptance) > 2
