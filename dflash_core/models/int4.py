@@ -90,9 +90,9 @@ def unpack(packed: Tensor, cols: int) -> Tensor:
     return (nibbles.flatten(-2)[..., :cols] - OFFSET).to(torch.int8)
 
 
-def dequantize(packed: Tensor, scale: Tensor, cols: int, dtype: torch.dtype) -> Tensor:
+def dequantize(packed: Tensor, scale: Tensor, cols: int, group: int,
+               dtype: torch.dtype) -> Tensor:
     """[..., out, W] packed + [..., out, G] scales -> [..., out, cols] weights in `dtype`."""
-    group = -(-cols // scale.shape[-1])
     scales = scale.to(dtype).repeat_interleave(group, dim=-1)[..., :cols]
     return unpack(packed, cols).to(dtype) * scales
 
@@ -104,6 +104,7 @@ class Int4Experts(nn.Module):
     def __init__(self, num_experts: int, hidden: int, intermediate: int, group: int) -> None:
         super().__init__()
         self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
+        self.group = group
         for name, rows, cols in self._stacks():
             self.register_buffer(f"{name}_packed", torch.zeros(
                 num_experts, rows, -(-cols // PACK), dtype=torch.int32))
@@ -118,7 +119,7 @@ class Int4Experts(nn.Module):
     def dequantized(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """(gate_up [E, 2I, H], down [E, H, I]) in `dtype`."""
         return tuple(dequantize(getattr(self, f"{name}_packed"), getattr(self, f"{name}_scale"),
-                                cols, dtype) for name, _, cols in self._stacks())
+                                cols, self.group, dtype) for name, _, cols in self._stacks())
 
     def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
         gate_up, down = self.dequantized(tokens.dtype)  # [E, 2I, H], [E, H, I]
