@@ -107,10 +107,10 @@ _KINDS = {**dict.fromkeys(_REQUIRED + ("head_dim", "num_experts", "num_experts_p
           "mlp_only_layers": "a list of integers", "target_layer_ids": "a list of integers"}
 
 
-def check_types(raw: dict[str, Any]) -> None:
+def check_types(raw: dict[str, Any], kinds: dict[str, str] | None = None) -> None:
     """A CheckpointError naming the first field of ``raw`` whose value has the wrong type
-    (null counts as absent)."""
-    for name, kind in _KINDS.items():
+    (null counts as absent). `kinds`: field -> kind, as `_KINDS` (the default) spells them."""
+    for name, kind in (_KINDS if kinds is None else kinds).items():
         value = raw.get(name)
         if value is not None and not _is_kind(value, kind):
             raise CheckpointError(f"config.json: {name} must be {kind}, got {value!r}")

@@ -90,7 +90,7 @@ class DeepseekConfig:
         prefix = WRAPPER_TEXT_PREFIX if _is_wrapper(raw) else ""
         text = raw.get("text_config") or raw
         _refuse_unsupported(text)
-        check_types(text)
+        check_types(text, _KINDS)
         try:
             kwargs = {name: text[name] for name in _REQUIRED}
         except KeyError as missing:
@@ -127,6 +127,14 @@ _OPTIONAL = ("moe_intermediate_size", "q_lora_rank", "n_routed_experts", "n_shar
              "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace",
              "norm_topk_prob", "routed_scaling_factor", "rms_norm_eps", "rope_interleave",
              "tie_word_embeddings")
+
+_INTEGERS = (*_REQUIRED, "moe_intermediate_size", "q_lora_rank", "n_routed_experts",
+             "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group",
+             "first_k_dense_replace")
+_KINDS = {**dict.fromkeys(_INTEGERS, "an integer"), "norm_topk_prob": "true or false",
+          "rope_interleave": "true or false", "tie_word_embeddings": "true or false",
+          "routed_scaling_factor": "a number", "rms_norm_eps": "a number",
+          "rope_theta": "a number"}
 
 # Field -> the values this engine implements (a config omitting the field means the first).
 _IMPLEMENTED = {"scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",),
