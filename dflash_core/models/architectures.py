@@ -7,8 +7,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from torch import Tensor
-
 from dflash_core.models.config import ModelConfig
 from dflash_core.models.deepseek_config import DeepseekConfig, is_deepseek
 from dflash_core.models.deepseek_target import deepseek_target
@@ -25,19 +23,19 @@ def build_target(cfg: TargetConfig) -> Target:
     return _BUILDERS[type(cfg)](cfg)
 
 
-def target_weights(cfg: TargetConfig, weights: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The checkpoint's tensors under the model's own names (others are dropped here, so the
-    loader's missing / unexpected check sees only what this model could hold)."""
-    return _WEIGHT_FILTERS[type(cfg)](cfg, weights)
+def target_key_map(cfg: TargetConfig, keys: list[str]) -> dict[str, str]:
+    """Model name -> checkpoint key for the checkpoint's tensors this model can hold (others
+    are dropped here, so the loader's missing / unexpected check sees only those)."""
+    return _KEY_MAPS[type(cfg)](cfg, keys)
 
 
-def _deepseek_weights(cfg: DeepseekConfig, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+def _deepseek_keys(cfg: DeepseekConfig, keys: list[str]) -> dict[str, str]:
     """Inside the K2.5 wrapper the text model sits under `language_model.` (the vision tower and
     projector are skipped); DeepSeek-V3 also ships its multi-token-prediction layer as
     `model.layers.{num_hidden_layers}`, which the engine does not run."""
     prefix = cfg.weight_prefix
-    out = {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
-    return {key: value for key, value in out.items() if _layer_of(key) < cfg.num_hidden_layers}
+    names = {key[len(prefix):]: key for key in keys if key.startswith(prefix)}
+    return {name: key for name, key in names.items() if _layer_of(name) < cfg.num_hidden_layers}
 
 
 def _layer_of(key: str) -> int:
@@ -47,5 +45,5 @@ def _layer_of(key: str) -> int:
 
 _BUILDERS: dict[type, Callable[[Any], Target]] = {ModelConfig: Target,
                                                   DeepseekConfig: deepseek_target}
-_WEIGHT_FILTERS: dict[type, Callable[[Any, dict[str, Tensor]], dict[str, Tensor]]] = {
-    ModelConfig: lambda cfg, weights: weights, DeepseekConfig: _deepseek_weights}
+_KEY_MAPS: dict[type, Callable[[Any, list[str]], dict[str, str]]] = {
+    ModelConfig: lambda cfg, keys: {key: key for key in keys}, DeepseekConfig: _deepseek_keys}

@@ -18,20 +18,25 @@ from dflash_core.models.layers import MLP, Experts
 
 
 class Router(nn.Module):
-    """Checkpoint names: `mlp.gate.weight` [E, H], `mlp.gate.e_score_correction_bias` [E]."""
+    """Checkpoint names: `mlp.gate.weight` [E, H], `mlp.gate.e_score_correction_bias` [E].
+
+    Both are kept in fp32 whatever the model's dtype (as transformers keeps them): the bias
+    decides near-ties between experts, and bf16 would round it."""
 
     def __init__(self, cfg: DeepseekConfig) -> None:
         super().__init__()
         self.top_k, self.groups, self.top_groups = (
             cfg.num_experts_per_tok, cfg.n_group, cfg.topk_group)
         self.norm_topk_prob, self.scaling = cfg.norm_topk_prob, cfg.routed_scaling_factor
-        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.hidden_size))
+        fp32 = torch.float32
+        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.hidden_size, dtype=fp32))
         nn.init.kaiming_uniform_(self.weight, a=5**0.5)
-        self.register_buffer("e_score_correction_bias", torch.zeros(cfg.n_routed_experts))
+        self.register_buffer("e_score_correction_bias",
+                             torch.zeros(cfg.n_routed_experts, dtype=fp32))
 
     def forward(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """tokens [T, H] -> (weights [T, k] in the tokens' dtype, expert ids [T, k])."""
-        scores = (tokens.float() @ self.weight.float().T).sigmoid()  # [T, E]
+        scores = (tokens.float() @ self.weight.float().T).sigmoid()  # [T, E] fp32
         biased = scores + self.e_score_correction_bias.float()
         grouped = biased.unflatten(-1, (self.groups, -1))  # [T, G, E/G]
         group_scores = grouped.topk(2, dim=-1).values.sum(-1)  # [T, G]
