@@ -121,6 +121,14 @@ class Int4Experts(nn.Module):
         return tuple(dequantize(getattr(self, f"{name}_packed"), getattr(self, f"{name}_scale"),
                                 cols, self.group, dtype) for name, _, cols in self._stacks())
 
+    @torch.no_grad()
+    def quantize_from(self, gate_up: Tensor, down: Tensor) -> None:
+        """Fill the stacks from float experts [E, 2I, H] and [E, H, I] (fixtures, benchmarks)."""
+        for (name, _, _), weight in zip(self._stacks(), (gate_up, down), strict=True):
+            packed, scale = quantize(weight.flatten(0, 1), self.group)
+            getattr(self, f"{name}_packed").copy_(packed.view_as(getattr(self, f"{name}_packed")))
+            getattr(self, f"{name}_scale").copy_(scale.view_as(getattr(self, f"{name}_scale")))
+
     def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
         gate_up, down = self.dequantized(tokens.dtype)  # [E, 2I, H], [E, H, I]
         return mix_experts(tokens, weights, experts, gate_up, down)

@@ -50,15 +50,26 @@ def load_drafter(directory: str | Path, target: TargetConfig | None = None,
     return _load_into(lambda: Drafter(config), read_weights(directory), dtype, device)
 
 
-def save_model(model: Target | Drafter, directory: str | Path) -> None:
-    """Write config.json + model.safetensors in the public layout (tied LM head left out)."""
+def save_model(model: Target | Drafter, directory: str | Path, shards: int = 1) -> None:
+    """Write config.json + model.safetensors in the public layout (tied LM head left out), or
+    with shards > 1 that many model-0000i-of-0000n.safetensors and their index."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if isinstance(model, Target) and model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
-    save_file(state, str(out / SINGLE_FILE))
+    if shards == 1:
+        save_file(state, str(out / SINGLE_FILE))
+        return
+    keys = list(state)  # in module order, so a layer's tensors share a shard
+    names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    weight_map = {k: names[i * shards // len(keys)] for i, k in enumerate(keys)}
+    for name in names:
+        save_file({k: state[k] for k in keys if weight_map[k] == name}, str(out / name))
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / INDEX_FILE).write_text(json.dumps(index, indent=2))
 
 
 def read_weights(directory: str | Path) -> LazyWeights:
