@@ -98,8 +98,8 @@ def dequantize(packed: Tensor, scale: Tensor, cols: int, group: int,
 
 
 class Int4Experts(nn.Module):
-    """E SwiGLU experts with INT4 weights: forward dequantises the stacks into the compute dtype
-    and runs the BF16 experts' grouped GEMM on them (correct everywhere; no INT4 kernel yet)."""
+    """E SwiGLU experts with INT4 weights, dequantised into the compute dtype in the expert GEMM
+    (correct everywhere; no fused INT4 kernel yet, see docs/ENGINE.md)."""
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, group: int) -> None:
         super().__init__()
@@ -130,8 +130,25 @@ class Int4Experts(nn.Module):
             getattr(self, f"{name}_scale").copy_(scale.view_as(getattr(self, f"{name}_scale")))
 
     def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        """tokens [T, H], routing weights and expert ids [T, k] -> [T, H]. With fewer routed
+        (token, slot) pairs than experts (decode, small trees) only the routed experts' INT4
+        weights are read and dequantised, pair by pair; otherwise every expert once, into the
+        grouped GEMM. The choice reads shapes only, so a captured graph keeps it."""
+        if experts.numel() < self.num_experts:
+            return self._per_pair(tokens, weights, experts)
         gate_up, down = self.dequantized(tokens.dtype)  # [E, 2I, H], [E, H, I]
         return mix_experts(tokens, weights, experts, gate_up, down)
+
+    def _per_pair(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        ids = experts.flatten()  # [P = T*k]
+        gate_up = dequantize(self.gate_up_packed[ids], self.gate_up_scale[ids], self.hidden,
+                             self.group, tokens.dtype)  # [P, 2I, H]
+        down = dequantize(self.down_packed[ids], self.down_scale[ids], self.intermediate,
+                          self.group, tokens.dtype)  # [P, H, I]
+        x = tokens.repeat_interleave(experts.shape[1], dim=0)[:, None]  # [P, 1, H]
+        gate, up = (x @ gate_up.mT).chunk(2, dim=-1)  # [P, 1, I] each
+        y = (nn.functional.silu(gate) * up) @ down.mT  # [P, 1, H]
+        return (y.view(*experts.shape, -1) * weights[..., None]).sum(1)  # [T, H]
 
     def per_expert(self, name: str) -> list[tuple[str, Tensor, Tensor, tuple[int, int]]]:
         """(linear name, packed view, scale view, [out, in]) of every expert, HF key order."""

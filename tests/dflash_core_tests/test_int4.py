@@ -12,7 +12,7 @@ from safetensors import safe_open
 
 from dflash_core.models.deepseek_moe import DeepseekMoE
 from dflash_core.models.int4 import Int4Experts, pack, quantize, unpack
-from dflash_core.models.layers import Experts
+from dflash_core.models.layers import Experts, mix_experts
 from dflash_core.models.loader import load_target, save_model
 from dflash_core.models.step import Step
 
@@ -112,3 +112,17 @@ def test_int4_checkpoint_round_trips_in_the_compressed_tensors_layout(tmp_path):
         want = target.logits(target(ids, step, target.allocate_cache(1, 6))[0])
         got = loaded.logits(loaded(ids, step, loaded.allocate_cache(1, 6))[0])
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_few_routed_pairs_read_only_their_experts_and_match_the_all_experts_path():
+    experts = _random_experts(seed=5)
+    gen = torch.Generator().manual_seed(6)
+    tokens = torch.randn(1, 40, generator=gen)  # one token, two slots: 2 pairs < 3 experts
+    ids, weights = torch.tensor([[2, 0]]), torch.rand(1, 2, generator=gen)
+    gate_up, down = experts.dequantized(torch.float32)
+    want = mix_experts(tokens, weights, ids, gate_up, down)
+    torch.testing.assert_close(experts(tokens, weights, ids), want)
+    with torch.no_grad():  # poison the expert no pair uses: any computation with it gives NaN
+        experts.gate_up_scale[1].fill_(float("nan"))
+        experts.down_scale[1].fill_(float("nan"))
+    torch.testing.assert_close(experts(tokens, weights, ids), want)
