@@ -44,6 +44,11 @@ class ModelConfig:
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise CheckpointError("num_experts_per_tok must be in 1..num_experts")
 
+    @property
+    def cached_values_per_token(self) -> int:
+        """What one layer's cache holds per token (K and V of every KV head)."""
+        return 2 * self.num_key_value_heads * self.head_dim
+
     def is_moe_layer(self, layer: int) -> bool:
         if not self.num_experts or layer in self.mlp_only_layers:
             return False

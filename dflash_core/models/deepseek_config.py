@@ -78,6 +78,11 @@ class DeepseekConfig:
         return self.qk_rope_head_dim
 
     @property
+    def cached_values_per_token(self) -> int:
+        """What one layer's cache holds per token: the latent and the shared rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
     def softmax_scale(self) -> float:
         scale = (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5
         return scale * (self.rope_scaling.softmax_factor if self.rope_scaling else 1.0)

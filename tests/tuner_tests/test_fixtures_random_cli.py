@@ -32,6 +32,16 @@ def test_fixtures_random_deepseek_writes_a_loadable_kimi_shaped_pair(tmp_path):
     assert engine.generate(prompts, sampling, Spec.ddtree(8, 8)).tokens == plain
 
 
+def test_generate_runs_the_random_deepseek_pair_losslessly(tmp_path):
+    out = tmp_path / "kimi"
+    assert cli("fixtures", "random", "--out", str(out), cwd=tmp_path).returncode == 0
+    run = cli("generate", "--target", str(out / "target"), "--drafter", str(out / "drafter"),
+              "--prompt-ids", "1,2,3,4", "--method", "ddtree", "--budget", "8",
+              "--max-tokens", "12", "--compare", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "tokens identical: True" in run.stderr
+
+
 def test_fixtures_random_refuses_an_unknown_architecture(tmp_path):
     run = cli("fixtures", "random", "--arch", "llama", "--out", str(tmp_path / "x"), cwd=tmp_path)
     assert run.returncode != 0
