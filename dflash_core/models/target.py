@@ -12,8 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from dflash_core.models.attention import Attention
-from dflash_core.models.config import ModelConfig
 from dflash_core.models.cache import Cache
+from dflash_core.models.config import ModelConfig
 from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.layers import MLP, MoE, RMSNorm, rope_tables
 from dflash_core.models.step import Step

@@ -8,9 +8,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from dflash_core import Engine, EngineConfig, SamplingParams, Spec  # noqa: E402
-from dflash_core.models.loader import load_target  # noqa: E402
-from dflash_core.models.step import Step  # noqa: E402
+from dflash_core import Engine, EngineConfig, SamplingParams, Spec
+from dflash_core.models.loader import load_target
+from dflash_core.models.step import Step
 
 VOCAB = 53
 YARN = {"rope_type": "yarn", "rope_theta": 10_000.0, "factor": 4.0, "beta_fast": 32,
