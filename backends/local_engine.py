@@ -125,7 +125,8 @@ def build_fixtures(folder: Path, force: bool, progress=None):
 
 
 # `fixtures random --arch`: the writer of each architecture's tiny random target + drafter.
-RANDOM_ARCHS = {"deepseek-v3": "dflash_core.models.random_checkpoint_deepseek:write_random_deepseek"}
+RANDOM_ARCHS = {
+    "deepseek-v3": "dflash_core.models.random_checkpoint_deepseek:write_random_deepseek"}
 
 
 def write_random_fixtures(arch: str, out: Path, seed: int) -> dict[str, Any]:

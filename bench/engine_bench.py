@@ -329,7 +329,8 @@ def main() -> None:
     result["verify"] = verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
                                    args.device)
     for row in result["verify"]:  # the roofline: bytes that must move at the copy bandwidth
-        row["of_copy"] = row["achieved_gb_s"] and round(row["achieved_gb_s"] / result["copy_gb_s"], 3)
+        row["of_copy"] = row["achieved_gb_s"] and round(row["achieved_gb_s"] / result["copy_gb_s"],
+                                                        3)
         row["graph_of_copy"] = row["graph_gb_s"] and round(row["graph_gb_s"] / result["copy_gb_s"], 3)
     save(result, args.json)  # a run cut short keeps what it measured
     if args.shapes == "kimi-slice":  # a layer slice has no drafter to run end to end

@@ -29,7 +29,8 @@ def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
     part = _fused_partial if fused else _partial
-    qg = q.reshape(b, -1, groups * n, d) * (d**-0.5 if scale is None else scale)  # [B, Hkv, G*N, D]
+    scale = d**-0.5 if scale is None else scale
+    qg = q.reshape(b, -1, groups * n, d) * scale  # [B, Hkv, G*N, D]: row g*N + n
     tree_bias = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B, 1, G*N, N]
     out, lse = part(qg, k_new, v_new, tree_bias)
     if prefix is not None and prefix[0].shape[2]:

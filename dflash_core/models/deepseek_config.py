@@ -118,8 +118,8 @@ class DeepseekConfig:
                    scoring_func="sigmoid", topk_method="noaux_tc")
         if self.rope_scaling is not None:
             out["rope_scaling"] = self.rope_scaling.to_dict()
-            out["max_position_embeddings"] = int(self.rope_scaling.factor *
-                                                 self.rope_scaling.original_max_position_embeddings)
+            yarn = self.rope_scaling
+            out["max_position_embeddings"] = int(yarn.factor * yarn.original_max_position_embeddings)
         if self.quantization is not None:
             out["quantization_config"] = self.quantization.to_config()
         return out

@@ -1,4 +1,4 @@
-"""The one error a checkpoint or its config raises (a leaf, so every config module can raise it)."""
+"""The one error a checkpoint or its config raises (a leaf: every config module can raise it)."""
 
 
 class CheckpointError(ValueError):

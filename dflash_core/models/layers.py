@@ -30,7 +30,8 @@ def rope_tables(head_dim: int, theta: float, positions: Tensor,
                 yarn: YarnScaling | None = None) -> tuple[Tensor, Tensor]:
     """cos/sin for explicit positions, so tree siblings can share a position."""
     if yarn is None:
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device) / head_dim)
+        dims = torch.arange(0, head_dim, 2, device=positions.device)
+        inv_freq = 1.0 / theta ** (dims / head_dim)
     else:
         inv_freq = yarn.inv_freq(head_dim, theta, positions.device)
     angles = positions.float()[..., None] * inv_freq  # [B, N, D/2]

@@ -44,7 +44,8 @@ def kimi_like_drafter_config(block_size: int = 8) -> DrafterConfig:
     layers = ModelConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=16, rms_norm_eps=1e-5, rope_theta=50_000.0,
-                         rope_scaling=YarnScaling(YARN.factor, YARN.original_max_position_embeddings))
+                         rope_scaling=YarnScaling(YARN.factor,
+                                                  YARN.original_max_position_embeddings))
     return DrafterConfig(layers, block_size, list(TAPS), mask_token_id=VOCAB - 2)
 
 

@@ -63,7 +63,8 @@ def test_transformers_checkpoint_is_sharded_with_real_key_names(pair):
                 "model.layers.1.self_attn.kv_a_layernorm.weight",
                 "model.layers.1.mlp.gate.e_score_correction_bias",
                 "model.layers.2.mlp.shared_experts.down_proj.weight",
-                "model.layers.2.mlp.experts.7.up_proj.weight", "model.layers.0.mlp.gate_proj.weight"):
+                "model.layers.2.mlp.experts.7.up_proj.weight",
+                "model.layers.0.mlp.gate_proj.weight"):
         assert f'"{key}"' in index
 
 
@@ -101,3 +102,25 @@ def test_greedy_generation_equals_transformers_generate(pair):
         expected = reference.generate(ids, max_new_tokens=20, do_sample=False)[0, length:]
         got = engine.generate([ids[0].tolist()], SamplingParams(max_tokens=20), Spec.none())
         assert got.tokens[0] == expected.tolist()
+
+
+@pytest.mark.parametrize("extra", [{}, {"mscale": 1.0, "mscale_all_dim": 1.0},
+                                   {"mscale": 0.9, "mscale_all_dim": 0.5, "truncate": False}],
+                         ids=["plain", "mscale-equal", "mscale-unequal-untruncated"])
+def test_qwen3_yarn_tables_equal_transformers(extra):
+    """The drafter's YaRN (Qwen3 layers, as the Kimi DFlash drafters) against transformers'."""
+    from dflash_core.models.config import ModelConfig
+    from dflash_core.models.layers import rope_tables
+
+    rope = {"rope_type": "yarn", "rope_theta": 50_000.0, "factor": 64.0, "beta_fast": 32.0,
+            "beta_slow": 1.0, "original_max_position_embeddings": 64, **extra}
+    config = transformers.Qwen3Config(hidden_size=64, num_attention_heads=4, head_dim=16,
+                                      num_key_value_heads=2,
+                                      max_position_embeddings=4096, rope_parameters=rope)
+    positions = torch.tensor([[0, 3, 17, 63, 64, 1000, 4095]])
+    reference = transformers.models.qwen3.modeling_qwen3.Qwen3RotaryEmbedding(config)
+    want_cos, want_sin = reference(torch.zeros(1, dtype=torch.float32), positions)
+    ours = ModelConfig.from_dict(config.to_dict())
+    cos, sin = rope_tables(ours.head_dim, ours.rope_theta, positions, ours.rope_scaling)
+    torch.testing.assert_close(cos, want_cos, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sin, want_sin, atol=1e-5, rtol=1e-5)

@@ -170,7 +170,7 @@ def test_mla_verify_reads_the_latent_prefix_once_for_all_nodes_and_heads():
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_deepseek_steered_drafts_accept_deep_and_stay_lossless(spec):
-    """Drafts that are mostly right, so long paths are accepted and committed in the latent cache."""
+    """Drafts that are mostly right: long paths are accepted and committed in the latent cache."""
     target = make_deepseek()
     config = EngineConfig(max_batch=4, max_context=96, max_tree_nodes=32)
     references = Engine(target, None, config).generate(PROMPTS, SamplingParams(max_tokens=40))

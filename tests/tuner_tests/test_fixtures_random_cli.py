@@ -24,8 +24,10 @@ def test_fixtures_random_deepseek_writes_a_loadable_kimi_shaped_pair(tmp_path):
     assert (out / "target" / "model.safetensors.index.json").is_file()
     target, drafter = load_models(out / "target", out / "drafter")
     assert isinstance(target.model.layers[1].mlp.experts, Int4Experts)
-    assert drafter.config.layers.rope_scaling == target.config.rope_scaling.__class__(
-        target.config.rope_scaling.factor, target.config.rope_scaling.original_max_position_embeddings)
+    yarn = target.config.rope_scaling  # the drafter: the same YaRN frequencies, plain Qwen3 scale
+    assert (drafter.config.layers.rope_scaling.factor,
+            drafter.config.layers.rope_scaling.original_max_position_embeddings) == (
+        yarn.factor, yarn.original_max_position_embeddings)
     engine = build_engine(target, drafter, max_batch=2, max_context=48, max_tree_nodes=16)
     prompts, sampling = [[1, 2, 3], [9, 8, 7, 6, 5]], SamplingParams(max_tokens=8)
     plain = engine.generate(prompts, sampling, Spec.none()).tokens
