@@ -50,7 +50,10 @@ class Int4Scheme:
             raise CheckpointError(f"quantization scheme not supported: format {fmt!r}, "
                                   f"weights {wrong or 'ok'}, input_activations "
                                   f"{group.get('input_activations')!r}")
-        return cls(int(weights.get("group_size") or 32))
+        group_size = int(weights.get("group_size") or 32)
+        if group_size % PACK:
+            raise CheckpointError(f"group_size {group_size} is not a multiple of {PACK}")
+        return cls(group_size)
 
     def to_config(self) -> dict[str, Any]:
         weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
@@ -83,18 +86,21 @@ def pack(q: Tensor) -> Tensor:
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
-def unpack(packed: Tensor, cols: int) -> Tensor:
-    """[..., W] int32 -> [..., cols] int8 values in [-8, 7]."""
-    shifts = torch.arange(0, 4 * PACK, 4, device=packed.device, dtype=torch.int32)
-    nibbles = (packed[..., None] >> shifts) & 0xF  # [..., W, 8]
-    return (nibbles.flatten(-2)[..., :cols] - OFFSET).to(torch.int8)
-
-
 def dequantize(packed: Tensor, scale: Tensor, cols: int, group: int,
                dtype: torch.dtype) -> Tensor:
-    """[..., out, W] packed + [..., out, G] scales -> [..., out, cols] weights in `dtype`."""
-    scales = scale.to(dtype).repeat_interleave(group, dim=-1)[..., :cols]
-    return unpack(packed, cols).to(dtype) * scales
+    """[..., out, W] packed + [..., out, G] scales -> [..., out, cols] weights in `dtype`.
+
+    Written in place into one `dtype` buffer, a nibble position at a time, so the only
+    temporaries are an eighth of it in int32: a whole Kimi MoE layer dequantises in ~1.25x its
+    BF16 size, not 4x."""
+    groups = scale.shape[-1]
+    out = torch.full((*packed.shape[:-1], groups * group // PACK, PACK), OFFSET, dtype=dtype,
+                     device=packed.device)  # [..., G*group/8, 8]: padding words decode to 0
+    for i in range(PACK):
+        out[..., : packed.shape[-1], i] = (packed >> (4 * i)) & 0xF
+    out = out.flatten(-2).sub_(OFFSET)  # [..., G*group]
+    out.view(*out.shape[:-1], groups, group).mul_(scale.to(dtype)[..., None])
+    return out[..., :cols]
 
 
 class Int4Experts(nn.Module):

@@ -11,7 +11,7 @@ from deepseek_helpers import make_deepseek
 from safetensors import safe_open
 
 from dflash_core.models.deepseek_moe import DeepseekMoE
-from dflash_core.models.int4 import Int4Experts, pack, quantize, unpack
+from dflash_core.models.int4 import Int4Experts, dequantize, pack, quantize
 from dflash_core.models.layers import Experts, mix_experts
 from dflash_core.models.loader import load_target, save_model
 from dflash_core.models.step import Step
@@ -62,7 +62,8 @@ def test_pack_unpack_round_trips_every_value_including_the_sign_bit_word():
     packed = pack(values)
     assert packed.dtype == torch.int32 and packed.shape == (3, 4)
     assert (packed < 0).any()  # a 7 in the top nibble sets the int32 sign bit
-    assert torch.equal(unpack(packed, 29).long(), values)
+    ones = torch.ones(3, 1)  # one group of 32 covering the 29 inputs
+    assert torch.equal(dequantize(packed, ones, 29, 32, torch.float32).long(), values)
 
 
 def test_quantize_error_is_within_half_a_step():
