@@ -39,7 +39,8 @@ class Allocation:
 
 def estimate(target: Any, drafter: Any | None, spec: Any, batch: int, max_context: int,
              elem_bytes: int) -> Allocation:
-    """``target``: a ModelConfig; ``drafter``: a DrafterConfig or None; ``spec``: a Spec."""
+    """``target``: a ModelConfig or DeepseekConfig; ``drafter``: a DrafterConfig or None;
+    ``spec``: a Spec."""
     nodes = spec.num_nodes
     slots = batch * (max_context + nodes)  # cache rows x capacity
     kv = _kv_bytes(target, slots, elem_bytes)
@@ -53,7 +54,7 @@ def estimate(target: Any, drafter: Any | None, spec: Any, batch: int, max_contex
 
 
 def _kv_bytes(cfg: Any, slots: int, elem_bytes: int) -> int:
-    return 2 * cfg.num_hidden_layers * slots * cfg.num_key_value_heads * cfg.head_dim * elem_bytes
+    return cfg.num_hidden_layers * slots * cfg.cached_values_per_token * elem_bytes
 
 
 def check_fits(target: Any, drafter: Any | None, spec: Any, batch: int, max_context: int,

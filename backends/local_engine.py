@@ -9,6 +9,7 @@ token match are measured in one run. Problems the user can fix raise ValueError 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tempfile
@@ -121,6 +122,21 @@ def build_fixtures(folder: Path, force: bool, progress=None):
         return None
     check_writable(folder)
     return build_pair(folder, progress=progress)
+
+
+# `fixtures random --arch`: the writer of each architecture's tiny random target + drafter.
+RANDOM_ARCHS = {
+    "deepseek-v3": "dflash_core.models.random_checkpoint_deepseek:write_random_deepseek"}
+
+
+def write_random_fixtures(arch: str, out: Path, seed: int) -> dict[str, Any]:
+    """A tiny random target and its matching drafter under ``out`` (their manifest)."""
+    if arch not in RANDOM_ARCHS:
+        raise ValueError(f"--arch {arch!r}: choose one of {', '.join(RANDOM_ARCHS)}")
+    require_engine()
+    check_writable(out)
+    module, name = RANDOM_ARCHS[arch].split(":")
+    return getattr(importlib.import_module(module), name)(out, seed)
 
 
 def check_writable(folder: Path) -> None:

@@ -22,13 +22,16 @@ def print_tables(result: dict) -> None:
     print(f"{result['shapes']} on {result['device']} ({result['dtype']}), "
           f"copy bandwidth {result['copy_gb_s']} GB/s")
     print("\nGB/s = (weights + prefix KV, read once) / time; roof = that / copy bandwidth")
-    print("attention  context batch nodes       ms vs_decode    GB/s  roof   graph_ms "
+    print("attention  context batch nodes GB_moved       ms vs_decode    GB/s  roof   graph_ms "
           "graph_vs_decode graph_GB/s graph_roof")
     for r in result["verify"]:
         print(f"{r['attention']:<10} {r['context']:>7} {r['batch']:>5} {r['nodes']:>5} "
-              f"{r['ms']:>8} {r['vs_decode']:>9} {r['achieved_gb_s']:>7} {r['of_copy']:>5} "
+              f"{r['gb_moved']:>8} {_cell(r['ms']):>8} {_cell(r['vs_decode']):>9} "
+              f"{_cell(r['achieved_gb_s']):>7} {_cell(r['of_copy']):>5} "
               f"{_cell(r['graph_ms']):>10} {_cell(r['graph_vs_decode']):>15} "
               f"{_cell(r['graph_gb_s']):>10} {_cell(r['graph_of_copy']):>10}")
+    if not result["end_to_end"]:
+        return
     print(f"\nend to end, batch 1, {result['end_to_end_context']}-token prompt, "
           f"{result['end_to_end_attention']} attention")
     print("method                     mode       tok/s  speedup   tau  host  ms per round "

@@ -262,6 +262,7 @@ fixtures_app = typer.Typer(no_args_is_help=True, help="The tiny trained target +
                            "pair used by the tests, benchmarks and the in-process engine.")
 app.add_typer(fixtures_app, name="fixtures")
 fixtures_app.command("build")(engine_cli.fixtures_build)
+fixtures_app.command("random")(engine_cli.fixtures_random)
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The engine's commands: `generate`, `serve` and `fixtures build` (registered in tuner/cli.py).
+"""The engine's commands: `generate`, `serve`, `fixtures build` and `fixtures random`
+(registered in tuner/cli.py).
 
 Bodies stay thin and reach the engine through backends: `serve` is the server's own command
 (`python -m backends.dflash_server`), and torch is imported inside the commands, so `dflash-tune
@@ -8,6 +9,7 @@ run` and `best` never load PyTorch. The speculation options are spelled as serve
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -103,3 +105,17 @@ def fixtures_build(
                      "prompts (greedy)", ["configuration", "tau"],
                      sorted(manifest["acceptance"].items()))
     render.emit(str(folder))
+
+
+def fixtures_random(
+        out: Annotated[Path, typer.Option(help="Folder for target/ and drafter/.")],
+        arch: Annotated[str, typer.Option(help="Architecture of the target: deepseek-v3 "
+                                               "(Kimi K2 shaped, INT4 experts).")]
+        = "deepseek-v3",
+        seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0) -> None:
+    """Write a tiny random target (HF layout, sharded) and a matching DFlash drafter."""
+    from backends.local_engine import write_random_fixtures
+
+    manifest = write_random_fixtures(arch, out, seed)
+    render.note(f"random {arch} target and drafter written to {out}")
+    render.emit(json.dumps(manifest))

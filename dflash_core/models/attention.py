@@ -18,23 +18,26 @@ from dflash_core.models.step import Step
 
 
 def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
-           k_new: Tensor, v_new: Tensor, mask: Tensor, fused: bool = False) -> Tensor:
-    """q: [B, Hq, N, D]; prefix K/V: [B, Hkv, S, D]; k_new/v_new: [B, Hkv, N, D]; mask: [B, N, N].
+           k_new: Tensor, v_new: Tensor, mask: Tensor, fused: bool = False,
+           scale: float | None = None) -> Tensor:
+    """q: [B, Hq, N, D]; prefix K/V: [B, Hkv, S, D] / [.., Dv]; k_new/v_new: [B, Hkv, N, D] /
+    [.., Dv]; mask: [B, N, N]. Softmax scale D**-0.5 unless `scale` is given.
 
     ``fused`` computes each part with PyTorch's fused attention kernel (flash on CPU,
     memory-efficient on CUDA: no [.., N, S] score tensor) instead of explicit matmuls.
-    Returns [B, Hq, N, D]."""
+    Returns [B, Hq, N, Dv]."""
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
     part = _fused_partial if fused else _partial
-    qg = q.reshape(b, -1, groups * n, d) * d**-0.5  # [B, Hkv, G*N, D]: row g*N + n
+    scale = d**-0.5 if scale is None else scale
+    qg = q.reshape(b, -1, groups * n, d) * scale  # [B, Hkv, G*N, D]: row g*N + n
     tree_bias = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B, 1, G*N, N]
     out, lse = part(qg, k_new, v_new, tree_bias)
     if prefix is not None and prefix[0].shape[2]:
         keys = torch.arange(prefix[0].shape[2], device=q.device)
         length_bias = _additive(keys < prefix_lens[:, None])[:, None, None]  # [B, 1, 1, S]
         out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], length_bias))
-    return out.reshape(b, hq, n, d).to(q.dtype)
+    return out.reshape(b, hq, n, v_new.shape[-1]).to(q.dtype)
 
 
 def _additive(visible: Tensor) -> Tensor:

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class CheckpointError(ValueError):
-    """A checkpoint or its config does not match what the engine expects."""
+from dflash_core.models.errors import CheckpointError
+from dflash_core.models.yarn import YarnScaling
 
 
 @dataclass(slots=True)
@@ -33,6 +32,7 @@ class ModelConfig:
     norm_topk_prob: bool = True
     decoder_sparse_step: int = 1
     mlp_only_layers: list[int] = field(default_factory=list)
+    rope_scaling: YarnScaling | None = None  # the Kimi DFlash drafters use YaRN
 
     def __post_init__(self) -> None:
         if min(self.vocab_size, self.hidden_size, self.num_hidden_layers) < 1:
@@ -44,6 +44,11 @@ class ModelConfig:
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise CheckpointError("num_experts_per_tok must be in 1..num_experts")
 
+    @property
+    def cached_values_per_token(self) -> int:
+        """What one layer's cache holds per token (K and V of every KV head)."""
+        return 2 * self.num_key_value_heads * self.head_dim
+
     def is_moe_layer(self, layer: int) -> bool:
         if not self.num_experts or layer in self.mlp_only_layers:
             return False
@@ -52,8 +57,6 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         raw = raw.get("text_config") or raw
-        if raw.get("rope_scaling"):
-            raise CheckpointError("rope_scaling is not supported by this engine")
         if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
             raise CheckpointError("sliding-window attention layers are not supported by this engine")
         try:
@@ -67,10 +70,11 @@ class ModelConfig:
         theta = (raw.get("rope_parameters") or {}).get("rope_theta")
         if "rope_theta" not in kwargs and theta is not None:
             kwargs["rope_theta"] = theta
-        return cls(**kwargs)
+        return cls(**kwargs, rope_scaling=YarnScaling.from_config(raw))
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__slots__}
+        out["rope_scaling"] = self.rope_scaling and self.rope_scaling.to_dict()
         out["architectures"] = ["Qwen3MoeForCausalLM" if self.num_experts else "Qwen3ForCausalLM"]
         out["model_type"] = "qwen3_moe" if self.num_experts else "qwen3"
         return out
@@ -108,10 +112,10 @@ _KINDS = {**dict.fromkeys(_REQUIRED + ("head_dim", "num_experts", "num_experts_p
           "mlp_only_layers": "a list of integers", "target_layer_ids": "a list of integers"}
 
 
-def check_types(raw: dict[str, Any]) -> None:
+def check_types(raw: dict[str, Any], kinds: dict[str, str] | None = None) -> None:
     """A CheckpointError naming the first field of ``raw`` whose value has the wrong type
-    (null counts as absent)."""
-    for name, kind in _KINDS.items():
+    (null counts as absent). `kinds`: field -> kind, as `_KINDS` (the default) spells them."""
+    for name, kind in (_KINDS if kinds is None else kinds).items():
         value = raw.get(name)
         if value is not None and not _is_kind(value, kind):
             raise CheckpointError(f"config.json: {name} must be {kind}, got {value!r}")

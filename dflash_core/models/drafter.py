@@ -79,4 +79,4 @@ class Drafter(nn.Module):
 
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         lc = self.config.layers
-        return rope_tables(lc.head_dim, lc.rope_theta, positions)
+        return rope_tables(lc.head_dim, lc.rope_theta, positions, lc.rope_scaling)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dflash_core.models.cache import move_path
+
 
 @dataclass(slots=True)
 class KVCache:
@@ -30,6 +32,14 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.shape[3]
 
+    @property
+    def rows(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.k.dtype
+
     def write(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> None:
         """slots: [B, N]; k, v: [B, Hkv, N, D]."""
         index = slots[:, None, :, None].expand_as(k)  # [B, Hkv, N, D]
@@ -41,18 +51,14 @@ class KVCache:
         return self.k[layer, :, :, :length], self.v[layer, :, :, :length]
 
     def commit(self, starts: Tensor, path: Tensor) -> None:
-        """Move path nodes (scratch index, [B, A]) to contiguous slots starts + 0..A-1.
+        """Move path nodes (scratch index, [B, A]) to contiguous slots starts + 0..A-1."""
+        move_path(self.k, starts, path)
+        move_path(self.v, starts, path)
 
-        Path entries past a row's accepted length are harmless: they land beyond the new
-        committed length. No re-rotation: node j of the path was computed at position
-        start + j, its final position.
-        """
-        src = starts[:, None] + path  # [B, A]
-        dst = starts[:, None] + torch.arange(path.shape[1], device=path.device)  # [B, A]
-        for cache in (self.k, self.v):
-            shape = (cache.shape[0], cache.shape[1], cache.shape[2], path.shape[1], cache.shape[4])
-            moved = cache.gather(3, src[None, :, None, :, None].expand(shape))  # [L, B, Hkv, A, D]
-            cache.scatter_(3, dst[None, :, None, :, None].expand(shape), moved)
+    def put_rows(self, index: Tensor, scratch: KVCache) -> None:
+        length = scratch.capacity
+        self.k[:, index, :, :length] = scratch.k
+        self.v[:, index, :, :length] = scratch.v
 
     def row_range(self, batch: int) -> KVCache:
         """The first `batch` rows as a view (a cache allocated for max_batch serves smaller ones)."""

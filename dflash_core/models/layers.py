@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dflash_core.models.config import ModelConfig
+from dflash_core.models.yarn import YarnScaling
 
 
 class RMSNorm(nn.Module):
@@ -25,12 +26,18 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
-def rope_tables(head_dim: int, theta: float, positions: Tensor) -> tuple[Tensor, Tensor]:
+def rope_tables(head_dim: int, theta: float, positions: Tensor,
+                yarn: YarnScaling | None = None) -> tuple[Tensor, Tensor]:
     """cos/sin for explicit positions, so tree siblings can share a position."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device) / head_dim)
+    if yarn is None:
+        dims = torch.arange(0, head_dim, 2, device=positions.device)
+        inv_freq = 1.0 / theta ** (dims / head_dim)
+    else:
+        inv_freq = yarn.inv_freq(head_dim, theta, positions.device)
     angles = positions.float()[..., None] * inv_freq  # [B, N, D/2]
     angles = torch.cat([angles, angles], dim=-1)  # [B, N, D]
-    return angles.cos(), angles.sin()
+    scale = 1.0 if yarn is None else yarn.cos_sin_factor
+    return angles.cos() * scale, angles.sin() * scale
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -110,34 +117,46 @@ class Experts(nn.Module):
 
     def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
         """tokens [T, H], routing weights and expert ids [T, k] -> weighted expert sum [T, H]."""
-        if _grouped_mm_ok(tokens, self.down_proj):
-            y = self._grouped(tokens, experts)  # [T, k, H]
-            return (y * weights[..., None]).sum(1)
-        return self._dense(tokens, weights, experts)
+        return mix_experts(tokens, weights, experts, self.gate_up_proj, self.down_proj)
 
-    def _grouped(self, tokens: Tensor, experts: Tensor) -> Tensor:
-        """Each (token, slot) pair through its expert: [T, k, H]. Rows are sorted by expert so each
-        expert's weights are read once; group ends come from a search, not a host count."""
-        flat = experts.flatten()  # [T*k]
-        sorted_ids, order = flat.sort(stable=True)  # [T*k], [T*k]
-        ids = torch.arange(self.num_experts, device=flat.device)  # [E]
-        ends = torch.searchsorted(sorted_ids, ids, right=True, out_int32=True)  # [E]
-        x = tokens.index_select(0, order // experts.shape[1])  # [T*k, H]
-        h = torch._grouped_mm(x, self.gate_up_proj.mT, offs=ends)  # [T*k, 2I]
-        gate, up = h.chunk(2, dim=-1)
-        y = torch._grouped_mm(F.silu(gate) * up, self.down_proj.mT, offs=ends)  # [T*k, H]
-        # Back to (token, slot) order by a copy to distinct rows: deterministic, unlike
-        # accumulating with index_add_, whose CUDA atomics add in any order.
-        return torch.empty_like(y).index_copy_(0, order, y).view(*experts.shape, -1)
 
-    def _dense(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
-        """Every expert on every token, weighted by a [T, E] matrix that is zero off the route:
-        E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses."""
-        dense = torch.zeros(len(tokens), self.num_experts, dtype=weights.dtype,
-                            device=weights.device).scatter_(1, experts, weights)  # [T, E]
-        gate, up = torch.matmul(tokens, self.gate_up_proj.mT).chunk(2, dim=-1)  # [E, T, I]
-        y = torch.matmul(F.silu(gate) * up, self.down_proj.mT)  # [E, T, H]
-        return torch.einsum("te,eth->th", dense, y)
+def mix_experts(tokens: Tensor, weights: Tensor, experts: Tensor, gate_up: Tensor,
+                down: Tensor) -> Tensor:
+    """Each token through its k routed SwiGLU experts, weighted: [T, H].
+
+    tokens [T, H]; weights, experts [T, k]; gate_up [E, 2I, H] (gate rows first); down [E, H, I].
+    """
+    if _grouped_mm_ok(tokens, down):
+        y = _grouped(tokens, experts, gate_up, down)  # [T, k, H]
+        return (y * weights[..., None]).sum(1)
+    return _dense(tokens, weights, experts, gate_up, down)
+
+
+def _grouped(tokens: Tensor, experts: Tensor, gate_up: Tensor, down: Tensor) -> Tensor:
+    """Each (token, slot) pair through its expert: [T, k, H]. Rows are sorted by expert so each
+    expert's weights are read once; group ends come from a search, not a host count."""
+    flat = experts.flatten()  # [T*k]
+    sorted_ids, order = flat.sort(stable=True)  # [T*k], [T*k]
+    ids = torch.arange(down.shape[0], device=flat.device)  # [E]
+    ends = torch.searchsorted(sorted_ids, ids, right=True, out_int32=True)  # [E]
+    x = tokens.index_select(0, order // experts.shape[1])  # [T*k, H]
+    h = torch._grouped_mm(x, gate_up.mT, offs=ends)  # [T*k, 2I]
+    gate, up = h.chunk(2, dim=-1)
+    y = torch._grouped_mm(F.silu(gate) * up, down.mT, offs=ends)  # [T*k, H]
+    # Back to (token, slot) order by a copy to distinct rows: deterministic, unlike
+    # accumulating with index_add_, whose CUDA atomics add in any order.
+    return torch.empty_like(y).index_copy_(0, order, y).view(*experts.shape, -1)
+
+
+def _dense(tokens: Tensor, weights: Tensor, experts: Tensor, gate_up: Tensor,
+           down: Tensor) -> Tensor:
+    """Every expert on every token, weighted by a [T, E] matrix that is zero off the route:
+    E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses."""
+    dense = torch.zeros(len(tokens), down.shape[0], dtype=weights.dtype,
+                        device=weights.device).scatter_(1, experts, weights)  # [T, E]
+    gate, up = torch.matmul(tokens, gate_up.mT).chunk(2, dim=-1)  # [E, T, I]
+    y = torch.matmul(F.silu(gate) * up, down.mT)  # [E, T, H]
+    return torch.einsum("te,eth->th", dense, y)
 
 
 def _grouped_mm_ok(x: Tensor, down: Tensor) -> bool:

@@ -1,4 +1,5 @@
-"""Checkpoints in the public layouts: HF Qwen3 targets and DFlash drafters (safetensors).
+"""Checkpoints in the public layouts: HF Qwen3 and DeepSeek-V3 / Kimi K2 targets and DFlash
+drafters (safetensors).
 
 Targets: ``config.json`` + ``model.safetensors`` or a sharded ``model.safetensors.index.json``.
 Drafters: ``config.json`` (with ``block_size`` and ``dflash_config``) + ``model.safetensors``
@@ -10,15 +11,22 @@ key, the shapes or the mismatched size.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
-from dflash_core.models.config import CheckpointError, DrafterConfig, ModelConfig, read_config
+from dflash_core.models.architectures import (
+    TargetConfig,
+    build_target,
+    target_config,
+    target_key_map,
+)
+from dflash_core.models.config import CheckpointError, DrafterConfig, read_config
 from dflash_core.models.drafter import Drafter
+from dflash_core.models.lazy_weights import LazyWeights
 from dflash_core.models.target import Target
 
 SINGLE_FILE = "model.safetensors"
@@ -27,30 +35,45 @@ INDEX_FILE = "model.safetensors.index.json"
 
 def load_target(directory: str | Path, dtype: torch.dtype = torch.float32,
                 device: str | torch.device = "cpu") -> Target:
-    config = ModelConfig.from_dict(read_config(directory))
-    return _load_into(Target(config), read_weights(directory), dtype, device)
+    """Qwen3 (dense / MoE) or DeepSeek-V3 / Kimi K2, as its config.json says."""
+    config = target_config(read_config(directory))
+    weights = read_weights(directory)
+    weights = weights.renamed(target_key_map(config, list(weights)))
+    return _load_into(lambda: build_target(config), weights, dtype, device)
 
 
-def load_drafter(directory: str | Path, target: ModelConfig | None = None,
+def load_drafter(directory: str | Path, target: TargetConfig | None = None,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Drafter:
     config = DrafterConfig.from_dict(read_config(directory))
     if target is not None:
         config.check_target(target)
-    return _load_into(Drafter(config), read_weights(directory), dtype, device)
+    return _load_into(lambda: Drafter(config), read_weights(directory), dtype, device)
 
 
-def save_model(model: Target | Drafter, directory: str | Path) -> None:
-    """Write config.json + model.safetensors in the public layout (tied LM head left out)."""
+def save_model(model: Target | Drafter, directory: str | Path, shards: int = 1) -> None:
+    """Write config.json + model.safetensors in the public layout (tied LM head left out), or
+    with shards > 1 that many model-0000i-of-0000n.safetensors and their index."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if isinstance(model, Target) and model.config.tie_word_embeddings:
         state.pop("lm_head.weight")
-    save_file(state, str(out / SINGLE_FILE))
+    if shards == 1:
+        save_file(state, str(out / SINGLE_FILE))
+        return
+    keys = list(state)  # in module order, so a layer's tensors share a shard
+    names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    weight_map = {k: names[i * shards // len(keys)] for i, k in enumerate(keys)}
+    for name in names:
+        save_file({k: state[k] for k in keys if weight_map[k] == name}, str(out / name))
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / INDEX_FILE).write_text(json.dumps(index, indent=2))
 
 
-def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+def read_weights(directory: str | Path) -> LazyWeights:
+    """The checkpoint's tensors by name (headers read now, data when copied)."""
     root = Path(directory)
     if (root / INDEX_FILE).is_file():
         files = [root / name for name in _shard_names(root / INDEX_FILE)]
@@ -58,10 +81,7 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
         files = [root / SINGLE_FILE]
     else:
         raise CheckpointError(f"{root} has neither {SINGLE_FILE} nor {INDEX_FILE}")
-    weights: dict[str, torch.Tensor] = {}
-    for path in files:
-        weights.update(_read_file(path))
-    return weights
+    return LazyWeights.open(files)
 
 
 def _shard_names(index: Path) -> list[str]:
@@ -74,36 +94,58 @@ def _shard_names(index: Path) -> list[str]:
     return sorted(set(weight_map.values()))
 
 
-def _read_file(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise CheckpointError(f"shard {path.name} listed in the index is missing")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from None
-
-
-def _load_into(model: nn.Module, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+def _load_into(build: Callable[[], nn.Module], weights: LazyWeights, dtype: torch.dtype,
                device: str | torch.device) -> nn.Module:
+    """The model built straight in `dtype` on `device`, checked against the checkpoint's
+    headers, then filled tensor by tensor (its state dict's entries are views of its storage:
+    per-expert keys are slices of the stacked experts)."""
+    model = _built(build, dtype, device)
     expected = _expected_shapes(model)
-    if isinstance(model, Target) and model.config.tie_word_embeddings:
-        weights.pop("lm_head.weight", None)  # some exporters keep a copy of the tied head
-    missing = sorted(set(expected) - set(weights))
+    names = set(weights) - _tied_head(model)  # some exporters keep a copy of the tied head
+    missing = sorted(set(expected) - names)
     if missing:
         raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")
-    unexpected = sorted(set(weights) - set(expected))
+    unexpected = sorted(names - set(expected))
     if unexpected:
         raise CheckpointError(f"checkpoint has unexpected key(s), e.g. {unexpected[0]!r}")
     for key, shape in expected.items():
-        if tuple(weights[key].shape) != shape:
-            raise CheckpointError(f"{key}: checkpoint shape {tuple(weights[key].shape)} != "
+        if weights.shape(key) != shape:
+            raise CheckpointError(f"{key}: checkpoint shape {weights.shape(key)} != "
                                   f"model shape {shape}")
-    model.load_state_dict(weights, strict=False)  # tied lm_head is filled through the embedding
-    return model.to(device=device, dtype=dtype).eval()
+    state = model.state_dict()
+    with torch.no_grad():
+        weights.each(names, lambda key, tensor: _fill(key, state[key], tensor))
+    return model.eval()
+
+
+def _fill(key: str, slot: torch.Tensor, tensor: torch.Tensor) -> None:
+    """Copy a checkpoint tensor into the model's storage (`slot` is a view of it)."""
+    if key.endswith(".weight_shape"):  # INT4 metadata: a value to check, not a weight to copy
+        if tensor.tolist() != slot.tolist():
+            raise CheckpointError(f"{key}: {tensor.tolist()} != the model's {slot.tolist()}")
+        return
+    slot.copy_(tensor)
+
+
+def _built(build: Callable[[], nn.Module], dtype: torch.dtype,
+           device: str | torch.device) -> nn.Module:
+    """Parameters allocated once, in their final dtype and place (no float32 CPU copy first)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return build()
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _tied_head(model: nn.Module) -> set[str]:
+    tied = isinstance(model, Target) and model.config.tie_word_embeddings
+    return {"lm_head.weight"} if tied else set()
 
 
 def _expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if isinstance(model, Target) and model.config.tie_word_embeddings:
-        shapes.pop("lm_head.weight")
+    for key in _tied_head(model):
+        shapes.pop(key)
     return shapes

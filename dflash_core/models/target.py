@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from dflash_core.models.attention import Attention
+from dflash_core.models.cache import Cache
 from dflash_core.models.config import ModelConfig
 from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.layers import MLP, MoE, RMSNorm, rope_tables
@@ -19,17 +20,22 @@ from dflash_core.models.step import Step
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, index: int) -> None:
+    """Pre-norm attention + MLP with residuals; another architecture passes its own two parts."""
+
+    def __init__(self, cfg: ModelConfig, index: int, self_attn: nn.Module | None = None,
+                 mlp: nn.Module | None = None) -> None:
         super().__init__()
         self.index = index
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
+        self.self_attn = Attention(cfg) if self_attn is None else self_attn
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        moe = cfg.is_moe_layer(index)
-        self.mlp = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
+        if mlp is None:
+            moe = cfg.is_moe_layer(index)
+            mlp = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = mlp
 
     def forward(self, h: Tensor, rope: tuple[Tensor, Tensor], step: Step,
-                cache: KVCache | None) -> Tensor:
+                cache: Cache | None) -> Tensor:
         h = h + self.self_attn(self.input_layernorm(h), rope, step, cache, self.index)
         return h + self.mlp(self.post_attention_layernorm(h))
 
@@ -40,6 +46,17 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.config = cfg
+
+    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        cfg = self.config
+        return rope_tables(cfg.head_dim, cfg.rope_theta, positions, cfg.rope_scaling)
+
+    def allocate_cache(self, batch: int, capacity: int, dtype: torch.dtype,
+                       device: torch.device) -> KVCache:
+        cfg = self.config
+        return KVCache.allocate(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, capacity,
+                                cfg.head_dim, dtype, device)
 
 
 class Target(nn.Module):
@@ -49,18 +66,20 @@ class Target(nn.Module):
     drafter's order. Logits are a separate call so callers project only the rows they need.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, backbone: nn.Module | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.model = Backbone(cfg)
+        # The backbone holds what differs between architectures: its layers, its RoPE tables
+        # and the kind of cache its attention keeps.
+        self.model = Backbone(cfg) if backbone is None else backbone
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, ids: Tensor, step: Step, cache: KVCache | None = None,
+    def forward(self, ids: Tensor, step: Step, cache: Cache | None = None,
                 taps: Sequence[int] = ()) -> tuple[Tensor, Tensor]:
         h = self.model.embed_tokens(ids)  # [B, N, H]
-        rope = rope_tables(self.config.head_dim, self.config.rope_theta, step.positions)
+        rope = self.model.rope(step.positions)
         outputs = {}
         for layer in self.model.layers:
             h = layer(h, rope, step, cache)
@@ -76,7 +95,6 @@ class Target(nn.Module):
     def embed(self, ids: Tensor) -> Tensor:
         return self.model.embed_tokens(ids)
 
-    def allocate_cache(self, batch: int, capacity: int) -> KVCache:
-        cfg, weight = self.config, self.lm_head.weight
-        return KVCache.allocate(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, capacity,
-                                cfg.head_dim, weight.dtype, weight.device)
+    def allocate_cache(self, batch: int, capacity: int) -> Cache:
+        weight = self.lm_head.weight
+        return self.model.allocate_cache(batch, capacity, weight.dtype, weight.device)

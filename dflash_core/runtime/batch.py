@@ -42,7 +42,7 @@ class LiveBatch:
         self.target, self.proposer, self.cache = round_.target, round_.proposer, round_.cache
         self.taps, self.fused, self.device = round_.taps, round_.fused, round_.device
         self.max_context, self.shapes, self.stage_timing = max_context, shapes, stage_timing
-        rows = self.cache.k.shape[1]
+        rows = self.cache.rows
         self.requests: list[Request | None] = [None] * rows
         self.starts_h = [0] * rows  # committed length = position of the anchor, per row
         self.stats = GenerationStats()
@@ -112,8 +112,7 @@ class LiveBatch:
         step = Step.causal(zeros, longest, 0, self.fused)
         hidden, features = self.target(ids, step, scratch, self.taps)  # [n, P, *]
         index = self._tensor(rows)
-        self.cache.k[:, index, :, :longest] = scratch.k
-        self.cache.v[:, index, :, :longest] = scratch.v
+        self.cache.put_rows(index, scratch)
         last = hidden[torch.arange(n, device=self.device), self._tensor(lens) - 1]  # [n, H]
         table = SamplingTable.of(samplings, self.device)
         first = sample_table(self.target.logits(last)[:, None], table, self.generator,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.models.kv_cache import KVCache
+from dflash_core.models.cache import Cache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
 from dflash_core.runtime.graphs import RoundGraphs
@@ -53,7 +53,7 @@ class Round:
     The engine keeps one per (Spec, rows, proposer) across batches, so captured graphs outlive a
     `generate` call; a batch only reseeds the generator and brings its own stats."""
 
-    def __init__(self, target: Target, proposer: Proposer | None, cache: KVCache, spec: Spec,
+    def __init__(self, target: Target, proposer: Proposer | None, cache: Cache, spec: Spec,
                  taps: list[int], fused: bool, cuda_graphs: bool) -> None:
         self.target, self.proposer, self.cache, self.spec = target, proposer, cache, spec
         self.taps, self.fused = taps, fused
@@ -62,7 +62,7 @@ class Round:
         self.stats = GenerationStats()
         width = target.config.hidden_size * len(taps)
         self.path_len = spec.tree_depth + 1  # A: the longest accepted path, root included
-        self.state = RoundState.allocate(cache.k.shape[1], self.path_len, width, cache.k.dtype,
+        self.state = RoundState.allocate(cache.rows, self.path_len, width, cache.dtype,
                                          self.device)
         self.graphs = RoundGraphs(
             lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
@@ -117,7 +117,7 @@ class Round:
         return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, topk,
                           spec.tree_depth, spec.spine)
 
-    def _verify(self, cache: KVCache, starts: Tensor, read_len: int, tree: Tree,
+    def _verify(self, cache: Cache, starts: Tensor, read_len: int, tree: Tree,
                 mode: str) -> tuple[Tensor, Tensor]:
         """One target forward over every node of every row -> the target's token per node
         [n, N] and the nodes' features [n, N, F]."""
@@ -128,7 +128,7 @@ class Round:
         table = self.state.sampling.rows(len(starts))
         return sample_table(self.target.logits(hidden), table, self.generator, mode), features
 
-    def _commit(self, cache: KVCache, starts: Tensor, tree: Tree, post: Tensor,
+    def _commit(self, cache: Cache, starts: Tensor, tree: Tree, post: Tensor,
                 features: Tensor) -> None:
         n, state = len(starts), self.state
         acc = accept(tree, post, self.path_len)

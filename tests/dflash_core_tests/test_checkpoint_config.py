@@ -384,9 +384,10 @@ def test_rope_theta_under_rope_parameters_is_read():
     assert ModelConfig.from_dict(raw).rope_theta == 5_000_000.0
 
 
-def test_rope_scaling_is_refused_rather_than_ignored():
-    with pytest.raises(CheckpointError, match="rope_scaling"):
-        ModelConfig.from_dict({**qwen3_8b(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+def test_rope_scaling_other_than_yarn_is_refused_rather_than_ignored():
+    with pytest.raises(CheckpointError, match="'dynamic' is not supported"):
+        ModelConfig.from_dict({**qwen3_8b(), "rope_scaling": {"rope_type": "dynamic",
+                                                              "factor": 4.0}})
 
 
 @pytest.mark.parametrize("field", ["num_key_value_heads", "num_attention_heads"])

@@ -69,3 +69,20 @@ def test_a_failing_graph_turns_the_graph_columns_off_and_keeps_the_run():
             {"method": "plain", "mode": "graphs", "tok_s": 50.0}]  # graphs cut short
     assert engine_report.best_ddtree(rows) == {
         "eager": {"method": "ddtree b16 budget 32", "vs_dflash": 1.2}}
+
+
+def test_kimi_slice_on_cpu_checks_shapes_and_counts_bytes_without_timing(tmp_path):
+    out = tmp_path / "kimi.json"
+    run = subprocess.run([sys.executable, str(BENCH), "--shapes", "kimi-slice", "--device", "cpu",
+                          "--contexts", "1024,16384", "--nodes", "1,8,64", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["dtype"] == "torch.bfloat16" and result["end_to_end"] == []
+    rows = {(r["attention"], r["context"], r["nodes"]): r for r in result["verify"]}
+    assert len(rows) == 2 * 2 * 3 and all(r["ms"] is None for r in rows.values())
+    gb = {key[1:]: r["gb_moved"] for key, r in rows.items() if key[0] == "fused"}
+    # 16K more tokens of latents: 15360 x 3 layers x 576 x 2 bytes = 0.053 GB
+    assert abs(gb[(16384, 1)] - gb[(1024, 1)] - 0.053) < 0.002
+    # more nodes reach more INT4 experts: 8 -> 64 nodes, 64 -> all 384 of 2 layers
+    assert gb[(1024, 1)] < gb[(1024, 8)] < gb[(1024, 64)]

@@ -128,7 +128,9 @@ def test_forward_runs_on_meta_tensors():
     tokens = torch.empty(3, 5, 32, dtype=torch.bfloat16, device="meta")
     assert moe(tokens).shape == (3, 5, 32)  # the dense path: meta is not a grouped-mm device
     _, experts = moe.route(tokens.flatten(0, 1))
-    assert moe.experts._grouped(tokens.flatten(0, 1), experts).shape == (15, 2, 32)
+    grouped = layers._grouped(tokens.flatten(0, 1), experts, moe.experts.gate_up_proj,
+                              moe.experts.down_proj)
+    assert grouped.shape == (15, 2, 32)
 
 
 # --- HF checkpoint layout ---------------------------------------------------------------------
