@@ -135,8 +135,8 @@ async def _run_level(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: It
     if spec.request_rate is None:
         requests = await _closed_loop(users, spec, prompts, concurrency, n)
     else:
-        arrivals = random.Random(f"{spec.seed}:{concurrency}")  # the same times every run
-        requests = await _open_loop(users[:concurrency], spec, prompts, n, arrivals)
+        gaps = arrival_gaps(spec.request_rate, n, f"{spec.seed}:{concurrency}")
+        requests = await _open_loop(users[:concurrency], spec, prompts, gaps)
     wall_s = time.perf_counter() - start
     probe.cancel()
     after = await scrape(scraper, spec.metrics_flavor)
@@ -172,10 +172,17 @@ async def _closed_loop(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: 
     return results
 
 
+def arrival_gaps(rate: float, n: int, seed: str) -> list[float]:
+    """Seconds before each of ``n`` arrivals of a Poisson process of ``rate`` per second (the
+    first at once); the same seed gives the same schedule on every run."""
+    rng = random.Random(seed)
+    return [0.0] + [rng.expovariate(rate) for _ in range(n - 1)]
+
+
 async def _open_loop(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: Iterator,
-                     n: int, arrivals: random.Random) -> list[RequestResult]:
-    """``n`` requests arriving at exponential gaps of mean 1 / request_rate, each sent by the
-    first free user (so at most ``len(users)`` in flight)."""
+                     gaps: list[float]) -> list[RequestResult]:
+    """One request per gap, each sent by the first free user (so at most ``len(users)`` in
+    flight); the arrivals keep their schedule whatever the server does."""
     results: list[RequestResult] = []
     free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
     for user in users:
@@ -189,9 +196,8 @@ async def _open_loop(users: list[httpx.AsyncClient], spec: LoadSpec, prompts: It
             free.put_nowait(client)
 
     sent = []
-    for i in range(n):
-        if i:
-            await asyncio.sleep(arrivals.expovariate(spec.request_rate))
+    for gap in gaps:
+        await asyncio.sleep(gap)
         sent.append(asyncio.create_task(arrive(next(prompts))))
     await asyncio.gather(*sent)
     return results

@@ -1,20 +1,22 @@
 """Peer benchmark: `dflash-tune serve` against vLLM 0.32's CPU build, same pair, prompts, machine.
 
-Both servers serve the shipped tiny pair (bf16, as both load it) over HTTP to the same load
-generator, on the pair's held-out prompts (greedy, `ignore_eos`), plain decoding and DFlash
-block 8 on both, and our DDTree. Each (engine, method) is one launch; inside it every
-concurrency level is measured `--repeats` times, in rounds (level 1, 4, 8, then again), so a
-slow spell of the machine hits every level alike. Reported: median output tok/s, the spread
-(min-max over repeats, in % of the median), run-local acceptance, and ours / vLLM per cell.
+Both servers serve the shipped tiny pair over HTTP to the same load generator, on the pair's
+held-out prompts (64 in / 64 out, greedy, `ignore_eos`): plain decoding and DFlash block 8 on
+both, and our DDTree. Per method both servers are up at once and measured in turns: level 1 of
+ours, level 1 of vLLM, level 4 of ours, ..., then again `--repeats` times, so drift on a shared
+machine hits both alike. Reported: median output tok/s, the spread (min-max over repeats, in %
+of the median), run-local acceptance, and ours / vLLM as the median of the per-repeat ratios.
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
         [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree] [--our-dtype float32]
+        [--client-cores 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -61,22 +63,32 @@ def _with_env(target: LaunchTarget, **extra: str) -> LaunchTarget:
     return replace(target, env=(*target.env, *extra.items()))
 
 
-def measure(deployment: Deployment, backend: str, params: dict, levels: tuple[int, ...],
-            repeats: int, requests: int) -> dict[int, list[tuple[float, float | None]]]:
-    """{concurrency: [(output tok/s, accept length), ...]} from one launch."""
+def measure(deps: dict[str, Deployment], engines: tuple[str, ...], params: dict,
+            levels: tuple[int, ...], repeats: int, requests: int, client_cores: str | None
+            ) -> dict[str, dict[int, list[tuple[float, float | None]]]]:
+    """{engine: {concurrency: [(output tok/s, accept length), ...]}}, both engines up at once
+    and measured in turns (each level of one right after the same level of the other), so a
+    slow spell of a shared machine hits both alike and each repeat gives a ratio of its own."""
     launch = LaunchParams(**COMMON, **params)
     workload = Workload(input_len=64, output_len=64, concurrency=levels)
-    runner = get_backend(backend, deployment, requests_per_level=requests, warmup_requests=4)
-    out: dict[int, list[tuple[float, float | None]]] = {c: [] for c in levels}
-    began = time.perf_counter()
-    with runner.session(launch, workload) as session:
-        print(f"  {backend}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    out = {e: {c: [] for c in levels} for e in engines}
+    with contextlib.ExitStack() as stack:
+        sessions = {}
+        for engine in engines:
+            runner = get_backend(engine, deps[engine], requests_per_level=requests,
+                                 warmup_requests=4)
+            began = time.perf_counter()
+            sessions[engine] = stack.enter_context(runner.session(launch, workload))
+            print(f"  {engine}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        stack.enter_context(pinned(client_cores))
         for _ in range(repeats):
             for c in levels:
-                m = session.measure(c, requests)
-                if not m.ok:
-                    raise RuntimeError(f"{backend} {params} c={c}: {m.failure} {m.log_excerpt}")
-                out[c].append((m.output_tok_s, m.accept_len_mean))
+                for engine, session in sessions.items():
+                    m = session.measure(c, requests)
+                    if not m.ok:
+                        raise RuntimeError(f"{engine} {params} c={c}: {m.failure} "
+                                           f"{m.log_excerpt}")
+                    out[engine][c].append((m.output_tok_s, m.accept_len_mean))
     return out
 
 
@@ -100,29 +112,47 @@ def run(args) -> list[dict]:
         method = SHORT[key]
         print(f"{method}:", file=sys.stderr)
         engines = ("serve",) if key == "ddtree" else ("serve", "vllm")  # vLLM has no DDTree
-        results = {e: measure(deps[e], e, METHODS[method], levels, args.repeats, args.requests)
-                   for e in engines}
+        results = measure(deps, engines, METHODS[method], levels, args.repeats, args.requests,
+                          args.client_cores)
         for c in levels:
             row = {"method": method, "concurrency": c,
                    **{e: summarise(results[e][c]) for e in engines}}
             if "vllm" in row:
-                row["ours_over_vllm"] = round(row["serve"]["tok_s"] / row["vllm"]["tok_s"], 3)
+                ratios = [a / b for (a, _), (b, _) in zip(results["serve"][c], results["vllm"][c])]
+                row["ours_over_vllm"] = round(statistics.median(ratios), 3)
+                row["ratio_runs"] = [round(r, 3) for r in ratios]
             rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     head = ("| method | conc. | serve tok/s (spread) | vLLM tok/s (spread) | serve / vLLM "
-            "| accept serve / vLLM |\n|---|---|---|---|---|---|")
+            "(per-repeat range) | accept serve / vLLM |\n|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         ours, theirs = r["serve"], r.get("vllm")
         lines.append(
             f"| {r['method']} | {r['concurrency']} | {ours['tok_s']:.0f} ({ours['spread_pct']:.0f}%) | "
-            + (f"{theirs['tok_s']:.0f} ({theirs['spread_pct']:.0f}%) | {r['ours_over_vllm']:.2f} | "
+            + (f"{theirs['tok_s']:.0f} ({theirs['spread_pct']:.0f}%) | {r['ours_over_vllm']:.2f} "
+               f"({min(r['ratio_runs']):.2f}-{max(r['ratio_runs']):.2f}) | "
                if theirs else "- | - | ")
             + f"{ours['accept'] or '-'} / {(theirs or {}).get('accept') or '-'} |")
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def pinned(cores: str | None):
+    """This thread (the load generator's event loop) on ``cores`` while inside; the servers,
+    started before, keep every core."""
+    if not cores:
+        yield
+        return
+    everything = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, everything)
 
 
 def main() -> None:
@@ -135,6 +165,9 @@ def main() -> None:
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",
                         help="dflash-tune serve --dtype (vLLM runs the checkpoint's bf16)")
+    parser.add_argument("--client-cores", default=None,
+                        help="pin this process (the load generator) to these cores, e.g. 1; "
+                             "the servers keep every core")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     began = time.perf_counter()
@@ -142,7 +175,7 @@ def main() -> None:
     print(table(rows))
     print(f"\n{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"{args.repeats} repeats x {args.requests} requests, vLLM bind {args.vllm_bind}, "
-          f"ours in {args.our_dtype}, "
+          f"ours in {args.our_dtype}, client cores {args.client_cores or 'all'}, "
           f"{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "args": vars(args) | {"json": str(args.json)}},

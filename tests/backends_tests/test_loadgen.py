@@ -24,6 +24,7 @@ from backends.contract import FailureClass
 from backends.latency import LevelResult
 from backends.latency import RequestResult
 from backends.loadgen import LoadSpec
+from backends.loadgen import arrival_gaps
 from backends.loadgen import run_levels
 from backends.loadgen import run_load
 from backends.spec_metrics import Scrape
@@ -385,8 +386,9 @@ def test_an_open_loop_sends_poisson_arrivals_capped_at_the_concurrency(stub):
     level = _level(spec)
     starts = sorted(r.start_s for r in level.requests)
     gaps = [b - a for a, b in zip(starts, starts[1:])]
-    # Mean gap 25 ms; with 79 gaps the sample mean is within ~35% of it at 3 sigma.
-    assert 0.016 < statistics.mean(gaps) < 0.034
+    # Mean gap 25 ms; with 79 gaps the sample mean is within ~35% of it at 3 sigma, and a
+    # loaded machine's event loop only adds lag to each sleep.
+    assert 0.016 < statistics.mean(gaps) < 0.045
     # Exponential, not fixed: gaps spread (coefficient of variation ~1; a ticker would give ~0).
     assert statistics.stdev(gaps) / statistics.mean(gaps) > 0.5
     # Far more arrivals than a closed loop of 1..64 users pacing themselves would make in flight
@@ -400,18 +402,12 @@ def test_an_open_loop_sends_poisson_arrivals_capped_at_the_concurrency(stub):
     assert stub.state()["max_in_flight"] == 2  # arrivals 1 ms apart, each 100 ms long
 
 
-def test_open_loop_arrival_times_repeat_with_the_seed(stub):
-    def gaps(seed: int) -> list[float]:
-        stub.configure(**FAST)
-        level = _level(stub.spec(output_len=2, concurrency_levels=(8,), requests_per_level=20,
-                                 warmup_requests=0, request_rate=200.0, seed=seed))
-        starts = sorted(r.start_s for r in level.requests)
-        return [b - a for a, b in zip(starts, starts[1:])]
-
-    first, again, other = gaps(1), gaps(1), gaps(2)
-    # Same seed: the same schedule, up to the event loop's timer jitter (~1 ms here).
-    assert statistics.median(abs(a - b) for a, b in zip(first, again)) < 0.002
-    assert statistics.median(abs(a - b) for a, b in zip(first, other)) > 0.001
+def test_open_loop_arrival_times_repeat_with_the_seed():
+    first, again, other = (arrival_gaps(50.0, 400, seed) for seed in ("1:8", "1:8", "2:8"))
+    assert first == again and first != other and first[0] == 0.0
+    # Exponential gaps of mean 1 / rate: mean and SD both ~20 ms (400 draws: within ~15%).
+    assert 0.017 < statistics.mean(first[1:]) < 0.023
+    assert 0.8 < statistics.stdev(first[1:]) / statistics.mean(first[1:]) < 1.2
 
 
 def _vllm_scrape(drafts: float, per_position: list[float]) -> Scrape:
