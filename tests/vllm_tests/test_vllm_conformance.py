@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from conftest import PAIR, deployment, server_processes
+from vllm_helpers import PAIR, deployment, server_processes
 
 from backends.conformance import (
     divergences,

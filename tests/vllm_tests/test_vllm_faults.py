@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from conftest import deployment, server_processes
+from vllm_helpers import deployment, server_processes
 
 from backends.contract import FailureClass, LaunchFailed, Workload
 from backends.launch_params import LaunchParams

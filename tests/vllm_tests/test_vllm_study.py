@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import PAIR, server_processes
+from vllm_helpers import PAIR, server_processes
 
 from backends import vllm_cpu
 from backends.server import ServerSpec, free_port, launched
