@@ -132,9 +132,11 @@ class Experts(nn.Module):
 
     def _dense(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
         """Every expert on every token, weighted by a [T, E] matrix that is zero off the route:
-        E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses."""
+        E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses.
+        Adds rather than writes the weights: a rank holding some experts routes the others to
+        one of its own with weight 0 (parallel.modules.ShardedExperts)."""
         dense = torch.zeros(len(tokens), self.num_experts, dtype=weights.dtype,
-                            device=weights.device).scatter_(1, experts, weights)  # [T, E]
+                            device=weights.device).scatter_add_(1, experts, weights)  # [T, E]
         gate, up = torch.matmul(tokens, self.gate_up_proj.mT).chunk(2, dim=-1)  # [E, T, I]
         y = torch.matmul(F.silu(gate) * up, self.down_proj.mT)  # [E, T, H]
         return torch.einsum("te,eth->th", dense, y)

@@ -51,6 +51,14 @@ def save_model(model: Target | Drafter, directory: str | Path) -> None:
 
 
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+    weights: dict[str, torch.Tensor] = {}
+    for path in checkpoint_files(directory):
+        weights.update(_read_file(path))
+    return weights
+
+
+def checkpoint_files(directory: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint (one, or the shards its index lists)."""
     root = Path(directory)
     if (root / INDEX_FILE).is_file():
         files = [root / name for name in _shard_names(root / INDEX_FILE)]
@@ -58,10 +66,10 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
         files = [root / SINGLE_FILE]
     else:
         raise CheckpointError(f"{root} has neither {SINGLE_FILE} nor {INDEX_FILE}")
-    weights: dict[str, torch.Tensor] = {}
-    for path in files:
-        weights.update(_read_file(path))
-    return weights
+    missing = [path.name for path in files if not path.is_file()]
+    if missing:
+        raise CheckpointError(f"shard {missing[0]} listed in the index is missing")
+    return files
 
 
 def _shard_names(index: Path) -> list[str]:
@@ -75,8 +83,6 @@ def _shard_names(index: Path) -> list[str]:
 
 
 def _read_file(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise CheckpointError(f"shard {path.name} listed in the index is missing")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as error:
@@ -85,24 +91,29 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
 
 def _load_into(model: nn.Module, weights: dict[str, torch.Tensor], dtype: torch.dtype,
                device: str | torch.device) -> nn.Module:
-    expected = _expected_shapes(model)
     if isinstance(model, Target) and model.config.tie_word_embeddings:
         weights.pop("lm_head.weight", None)  # some exporters keep a copy of the tied head
-    missing = sorted(set(expected) - set(weights))
-    if missing:
-        raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")
-    unexpected = sorted(set(weights) - set(expected))
-    if unexpected:
-        raise CheckpointError(f"checkpoint has unexpected key(s), e.g. {unexpected[0]!r}")
-    for key, shape in expected.items():
-        if tuple(weights[key].shape) != shape:
-            raise CheckpointError(f"{key}: checkpoint shape {tuple(weights[key].shape)} != "
-                                  f"model shape {shape}")
+    check_shapes(expected_shapes(model), {k: tuple(v.shape) for k, v in weights.items()})
     model.load_state_dict(weights, strict=False)  # tied lm_head is filled through the embedding
     return model.to(device=device, dtype=dtype).eval()
 
 
-def _expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+def check_shapes(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]]) -> None:
+    """A CheckpointError naming a missing or unexpected key, or a shape that does not fit."""
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")
+    unexpected = sorted(set(found) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"checkpoint has unexpected key(s), e.g. {unexpected[0]!r}")
+    for key, shape in expected.items():
+        if tuple(found[key]) != shape:
+            raise CheckpointError(f"{key}: checkpoint shape {tuple(found[key])} != "
+                                  f"model shape {shape}")
+
+
+def expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of every weight a checkpoint of `model` holds (a meta-device model will do)."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if isinstance(model, Target) and model.config.tie_word_embeddings:
         shapes.pop("lm_head.weight")

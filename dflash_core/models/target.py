@@ -49,6 +49,8 @@ class Target(nn.Module):
     drafter's order. Logits are a separate call so callers project only the rows they need.
     """
 
+    comm = None  # the ranks' collectives when split over them (dflash_core.parallel.shard)
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -78,5 +80,6 @@ class Target(nn.Module):
 
     def allocate_cache(self, batch: int, capacity: int) -> KVCache:
         cfg, weight = self.config, self.lm_head.weight
-        return KVCache.allocate(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, capacity,
+        kv_heads = self.model.layers[0].self_attn.n_kv  # this rank's, when split over ranks
+        return KVCache.allocate(cfg.num_hidden_layers, batch, kv_heads, capacity,
                                 cfg.head_dim, weight.dtype, weight.device)

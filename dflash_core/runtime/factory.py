@@ -14,17 +14,26 @@ import torch
 from dflash_core.models.drafter import Drafter
 from dflash_core.models.loader import load_drafter, load_target
 from dflash_core.models.target import Target
+from dflash_core.parallel.comm import Comm
+from dflash_core.parallel.layout import Layout
+from dflash_core.parallel.shard import load_sharded_target
 from dflash_core.runtime.engine import Engine, EngineConfig
 from dflash_core.speculation.proposer import DFlashProposer
 
 
 def load_models(target_dir: str | Path, drafter_dir: str | Path | None = None,
-                dtype: str | torch.dtype = "float32",
-                device: str | torch.device = "cpu") -> tuple[Target, Drafter | None]:
+                dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
+                layout: Layout | None = None, comm: Comm | None = None
+                ) -> tuple[Target, Drafter | None]:
     """The target and, given a directory, its drafter, checked against the target (hidden size,
-    taps, mask token, vocabulary). `dtype` is a torch.dtype or its name ("bfloat16")."""
+    taps, mask token, vocabulary). `dtype` is a torch.dtype or its name ("bfloat16"). With a
+    `layout` over several ranks the target holds this rank's (`comm.rank`) shards; the drafter
+    is small and replicated."""
     dtype = as_dtype(dtype)
-    target = load_target(target_dir, dtype, device)
+    if layout is not None and layout.world > 1:
+        target = load_sharded_target(target_dir, layout, comm, dtype, device)
+    else:
+        target = load_target(target_dir, dtype, device)
     drafter = load_drafter(drafter_dir, target.config, dtype, device) if drafter_dir else None
     return target, drafter
 
