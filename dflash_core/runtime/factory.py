@@ -18,7 +18,7 @@ from dflash_core.parallel.comm import Comm
 from dflash_core.parallel.layout import Layout
 from dflash_core.parallel.shard import load_sharded_target
 from dflash_core.runtime.engine import Engine, EngineConfig
-from dflash_core.speculation.proposer import DFlashProposer
+from dflash_core.speculation.proposer import DFlashProposer, Proposer
 
 
 def load_models(target_dir: str | Path, drafter_dir: str | Path | None = None,
@@ -40,8 +40,10 @@ def load_models(target_dir: str | Path, drafter_dir: str | Path | None = None,
 
 def build_engine(target: Target, drafter: Drafter | None = None, *, max_batch: int,
                  max_context: int, max_tree_nodes: int, batch_buckets: tuple[int, ...] = (),
-                 cuda_graphs: bool | None = None, **options) -> Engine:
-    """An Engine with `drafter` as its DFlash proposer (None: plain decoding only).
+                 cuda_graphs: bool | None = None, proposer: Proposer | None = None,
+                 **options) -> Engine:
+    """An Engine with `drafter` as its DFlash proposer (None: plain decoding only), or with
+    `proposer` instead (an oracle, in tests and benchmarks).
 
     cuda_graphs=None means on exactly when batch_buckets are given and the target is on a CUDA
     device: graphs replay fixed batch sizes, and only CUDA has them. `options` are the other
@@ -51,7 +53,8 @@ def build_engine(target: Target, drafter: Drafter | None = None, *, max_batch: i
     config = EngineConfig(max_batch=max_batch, max_context=max_context,
                           max_tree_nodes=max_tree_nodes, batch_buckets=tuple(batch_buckets),
                           cuda_graphs=cuda_graphs, **options)
-    proposer = DFlashProposer(drafter, target) if drafter is not None else None
+    if proposer is None and drafter is not None:
+        proposer = DFlashProposer(drafter, target)
     return Engine(target, proposer, config)
 
 
