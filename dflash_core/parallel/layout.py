@@ -47,7 +47,8 @@ class Layout:
         """A CheckpointError naming the first dimension this layout cannot split evenly."""
         kv, tp = cfg.num_key_value_heads, self.tp
         needs = [("num_attention_heads", cfg.num_attention_heads, tp),
-                 ("intermediate_size", cfg.intermediate_size, tp), ("vocab_size", cfg.vocab_size, tp)]
+                 ("intermediate_size", cfg.intermediate_size, tp),
+                 ("vocab_size", cfg.vocab_size, tp)]
         if cfg.num_experts:
             needs += [("num_experts", cfg.num_experts, self.ep),
                       ("moe_intermediate_size", cfg.moe_intermediate_size, self.moe_tp)]
@@ -55,7 +56,8 @@ class Layout:
             if size % parts:
                 raise CheckpointError(f"{name} {size} does not split over {parts} ranks")
         if kv % tp and tp % kv:
-            raise CheckpointError(f"num_key_value_heads {kv} and tp {tp}: one must divide the other")
+            raise CheckpointError(f"num_key_value_heads {kv} and tp {tp}: one must divide "
+                                  "the other")
 
     def q_heads(self, cfg: ModelConfig, rank: int) -> Span:
         count = cfg.num_attention_heads // self.tp
@@ -66,7 +68,8 @@ class Layout:
         (replicated on tp / kv ranks)."""
         kv = cfg.num_key_value_heads
         if kv >= self.tp:
-            return Span(rank * kv // self.tp, kv // self.tp)
+            count = kv // self.tp
+            return Span(rank * count, count)
         group = cfg.num_attention_heads // kv  # query heads per KV head
         return Span(self.q_heads(cfg, rank).start // group, 1)
 

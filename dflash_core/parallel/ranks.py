@@ -1,6 +1,7 @@
-"""Starting the ranks of one engine: rank 0 is the calling process, ranks 1.. are spawned
-(a `forkserver` that has imported torch once) and meet it through a rendezvous file, so parallel test
-workers and servers never fight over a port.
+"""Starting the ranks of one engine: rank 0 is the calling process, ranks 1.. are started by a
+fork server that has imported torch once, and all meet through a rendezvous file, so parallel
+test workers and servers never fight over a port. One set of ranks per process at a time (a
+process has one default process group).
 
 Every rank builds the same engine from one `EngineRecipe`; the others then replay rank 0's batch
 calls (mirror.follow). A rank that dies takes the rest with it: rank 0 watches its followers'
@@ -70,6 +71,8 @@ class Ranks:
     def __init__(self, recipe: EngineRecipe,
                  on_death: Callable[[int, int | None], None] | None = None) -> None:
         world = recipe.layout.world
+        if torch.distributed.is_initialized():
+            raise RuntimeError("this process already holds a set of ranks: close it first")
         self._folder = tempfile.mkdtemp(prefix="dflash-ranks-")
         init = f"file://{self._folder}/rendezvous"
         context = _context()

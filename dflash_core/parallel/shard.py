@@ -83,8 +83,10 @@ def _shard_attention(attn: Attention, cfg: ModelConfig, layout: Layout, rank: in
     attn.v_proj = nn.Linear(cfg.hidden_size, kv.count * d, bias=False)
     attn.o_proj = RowParallelLinear(q.count * d, cfg.hidden_size, comm)
     q_rows, kv_rows = Span(q.start * d, q.count * d), Span(kv.start * d, kv.count * d)
-    return {f"{prefix}.q_proj.weight": Slice(0, q_rows), f"{prefix}.k_proj.weight": Slice(0, kv_rows),
-            f"{prefix}.v_proj.weight": Slice(0, kv_rows), f"{prefix}.o_proj.weight": Slice(1, q_rows)}
+    return {f"{prefix}.q_proj.weight": Slice(0, q_rows),
+            f"{prefix}.k_proj.weight": Slice(0, kv_rows),
+            f"{prefix}.v_proj.weight": Slice(0, kv_rows),
+            f"{prefix}.o_proj.weight": Slice(1, q_rows)}
 
 
 def _shard_mlp(mlp: nn.Module, cfg: ModelConfig, layout: Layout, rank: int, comm: Comm,
