@@ -17,7 +17,9 @@ from torch import Tensor
 
 from dflash_core.parallel.traffic import Traffic
 
-TIMEOUT = timedelta(minutes=5)
+TIMEOUT = timedelta(minutes=2)  # rendezvous and compute collectives
+# The other ranks wait for rank 0's next message as long as a server sits idle.
+IDLE = timedelta(days=365)
 
 
 class PeerLost(RuntimeError):
@@ -70,7 +72,7 @@ def init_comm(rank: int, world: int, init_method: str, device: torch.device) -> 
     options = dict(device_id=device) if backend == "nccl" else {}
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
                             timeout=TIMEOUT, **options)
-    control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
+    control = dist.new_group(backend="gloo", timeout=IDLE)
     return Comm(rank, world, dist.group.WORLD, control)
 
 

@@ -6,7 +6,8 @@ process has one default process group).
 Every rank builds the same engine from one `EngineRecipe`; the others then replay rank 0's batch
 calls (mirror.follow). A rank that dies takes the rest with it: rank 0 watches its followers'
 process sentinels and calls `on_death` (a server exits; the default stops the others, so rank
-0's next collective raises PeerLost), and a follower whose parent is gone exits at once.
+0's next collective raises PeerLost, or, with `exit_on_death`, the process exits: a server
+cannot serve with a rank missing), and a follower whose rank 0 is gone exits at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import torch
 from dflash_core.parallel.comm import Comm, close_comm, init_comm
 from dflash_core.parallel.layout import Layout
 from dflash_core.parallel.mirror import follow, stop_followers
+
+
+EXIT_RANK_LOST = 1  # not argparse's 2: the tuner reads it as a crash
 
 
 @dataclass(slots=True)
@@ -68,8 +72,7 @@ def build_rank_engine(recipe: EngineRecipe, comm: Comm | None):
 class Ranks:
     """Rank 0's handle on a running set of ranks: `engine` is rank 0's; `close` stops all."""
 
-    def __init__(self, recipe: EngineRecipe,
-                 on_death: Callable[[int, int | None], None] | None = None) -> None:
+    def __init__(self, recipe: EngineRecipe, exit_on_death: bool = False) -> None:
         world = recipe.layout.world
         if torch.distributed.is_initialized():
             raise RuntimeError("this process already holds a set of ranks: close it first")
@@ -80,8 +83,7 @@ class Ranks:
                                           name=f"dflash-rank{rank}",
                                           args=(rank, recipe, init, os.getpid()))
                           for rank in range(1, world)]
-        self._closing = False
-        self._on_death = on_death or self._stop_all
+        self._closing, self.exit_on_death = False, exit_on_death
         for process in self.processes:
             process.start()
         self._watchdog = threading.Thread(target=self._watch, name="rank-watchdog", daemon=True)
@@ -112,7 +114,7 @@ class Ranks:
     def alive(self) -> bool:
         return all(p.is_alive() for p in self.processes)
 
-    def _stop_all(self, *_death) -> None:
+    def _stop_all(self) -> None:
         for process in self.processes:
             if process.is_alive():
                 process.kill()
@@ -127,7 +129,9 @@ class Ranks:
                     rank = self.processes.index(process) + 1
                     print(f"dflash-tune: rank {rank} exited (code {process.exitcode}); "
                           "stopping every rank", file=sys.stderr, flush=True)
-                    self._on_death(rank, process.exitcode)
+                    self._stop_all()
+                    if self.exit_on_death:
+                        os._exit(EXIT_RANK_LOST)
                     return
 
 
