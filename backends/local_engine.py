@@ -160,6 +160,15 @@ def build_fixtures(folder: Path, force: bool, progress=None):
     return build_pair(folder, progress=progress)
 
 
+def write_random_fixtures(arch: str, out: Path, seed: int) -> tuple[Path, Path]:
+    """-> (target folder, drafter folder) of a random `arch` pair written under ``out``."""
+    require_engine()
+    from dflash_core.models.random_checkpoint import write_random_pair
+
+    check_writable(out)
+    return write_random_pair(arch, out, seed)
+
+
 def check_writable(folder: Path) -> None:
     """Create ``folder`` and a file in it, or raise ValueError saying why not."""
     try:

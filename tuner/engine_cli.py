@@ -1,4 +1,5 @@
-"""The engine's commands: `generate`, `serve` and `fixtures build` (registered in tuner/cli.py).
+"""The engine's commands: `generate`, `serve`, `fixtures build` and `fixtures random`
+(registered in tuner/cli.py).
 
 Bodies stay thin and reach the engine through backends: `serve` is the server's own command
 (`python -m backends.dflash_server`), and torch is imported inside the commands, so `dflash-tune
@@ -115,3 +116,17 @@ def fixtures_build(
                      "prompts (greedy)", ["configuration", "tau"],
                      sorted(manifest["acceptance"].items()))
     render.emit(str(folder))
+
+
+def fixtures_random(
+        arch: Annotated[str, typer.Option(help="Architecture: qwen3 or qwen3-moe.")],
+        out: Annotated[Path, typer.Option(help="Folder to write target/ and drafter/ into.")],
+        seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0) -> None:
+    """Write a random HF-layout target (with a tokenizer) and a matching random DFlash drafter:
+    tiny, untrained (acceptance is noise), for smoke tests and for trying layouts."""
+    from backends.local_engine import write_random_fixtures
+
+    target, drafter = write_random_fixtures(arch, out, seed)
+    render.note(f"random {arch} pair (seed {seed}): untrained, so drafts are rarely accepted")
+    render.emit(str(target))
+    render.emit(str(drafter))
