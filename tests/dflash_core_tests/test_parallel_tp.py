@@ -26,6 +26,16 @@ def shipped_tp2():
     ranks.close()
 
 
+def test_tp2_rank_holds_half_the_weights_and_its_own_kv_heads(shipped, shipped_tp2):
+    full, half = shipped.target, shipped_tp2.engine.target
+    attn, whole = half.model.layers[0].self_attn, full.model.layers[0].self_attn
+    assert attn.q_proj.weight.shape[0] * 2 == whole.q_proj.weight.shape[0]
+    assert half.model.embed_tokens.weight.shape[0] * 2 == full.config.vocab_size
+    assert half.lm_head.weight is half.model.embed_tokens.weight  # still tied
+    torch.testing.assert_close(attn.o_proj.weight, whole.o_proj.weight[:, :attn.n_heads * 32])
+    assert shipped_tp2.engine.cache.k.shape[2] == full.config.num_key_value_heads // 2
+
+
 def test_tp2_gives_the_single_device_tokens_for_plain_dflash_and_ddtree(shipped, shipped_tp2):
     reference = plain_tokens(shipped)
     for spec in specs(8):
