@@ -110,6 +110,7 @@ class Ranks:
         self._stop_all()
         close_comm()
         shutil.rmtree(self._folder, ignore_errors=True)
+        _stop_helpers()
 
     def alive(self) -> bool:
         return all(p.is_alive() for p in self.processes)
@@ -141,6 +142,18 @@ def _context():
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__, "dflash_core.runtime.factory"])
     return context
+
+
+def _stop_helpers() -> None:
+    """Stop the fork server and the resource tracker it started, so a closed set of ranks leaves
+    no process behind (the next set starts them again). Private to multiprocessing, hence the
+    guard."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            stop()
 
 
 def _follower_main(rank: int, recipe: EngineRecipe, init: str, parent: int) -> None:
