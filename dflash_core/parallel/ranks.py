@@ -5,9 +5,9 @@ process has one default process group).
 
 Every rank builds the same engine from one `EngineRecipe`; the others then replay rank 0's batch
 calls (mirror.follow). A rank that dies takes the rest with it: rank 0 watches its followers'
-process sentinels and calls `on_death` (a server exits; the default stops the others, so rank
-0's next collective raises PeerLost, or, with `exit_on_death`, the process exits: a server
-cannot serve with a rank missing), and a follower whose rank 0 is gone exits at once.
+process sentinels and stops the others when one exits (rank 0's next collective then raises
+PeerLost; with `exit_on_death` the process exits, since a server cannot serve with a rank
+missing), and a follower whose rank 0 is gone exits at once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import torch
 from dflash_core.parallel.comm import Comm, close_comm, init_comm
 from dflash_core.parallel.layout import Layout
 from dflash_core.parallel.mirror import follow, stop_followers
-
 
 EXIT_RANK_LOST = 1  # not argparse's 2: the tuner reads it as a crash
 
