@@ -44,10 +44,16 @@ class EngineRecipe:
     dtype: str = "float32"
     device: str = "cpu"  # "cuda": rank r on cuda:(r mod devices), so ranks may share one GPU
     engine: dict = field(default_factory=dict)
-    threads: int = 0  # intra-op threads per rank (0: torch's default)
+    threads: int = 0  # intra-op threads per rank (0: on the CPU, its cores shared out)
     # Makes the proposer from the target instead of the drafter's DFlash (an oracle in tests);
     # a module-level function, so it pickles to the other ranks.
     proposer: Callable | None = None
+
+    def rank_threads(self) -> int:
+        """Threads each rank runs: the CPU's cores shared out, so ranks do not oversubscribe."""
+        if self.threads or torch.device(self.device).type != "cpu":
+            return self.threads
+        return max(1, (os.cpu_count() or 1) // self.layout.world)
 
     def rank_device(self, rank: int) -> torch.device:
         device = torch.device(self.device)
@@ -83,12 +89,13 @@ class Ranks:
                                           args=(rank, recipe, init, os.getpid()))
                           for rank in range(1, world)]
         self._closing, self.exit_on_death = False, exit_on_death
+        self._threads = torch.get_num_threads()  # rank 0's process gets its own back on close
         for process in self.processes:
             process.start()
         self._watchdog = threading.Thread(target=self._watch, name="rank-watchdog", daemon=True)
         self._watchdog.start()
         try:
-            _set_threads(recipe.threads)
+            _set_threads(recipe.rank_threads())
             self.comm = init_comm(0, world, init, recipe.rank_device(0))
             self.engine = build_rank_engine(recipe, self.comm)
         except BaseException:
@@ -110,6 +117,7 @@ class Ranks:
         close_comm()
         shutil.rmtree(self._folder, ignore_errors=True)
         _stop_helpers()
+        torch.set_num_threads(self._threads)
 
     def alive(self) -> bool:
         return all(p.is_alive() for p in self.processes)
@@ -157,7 +165,7 @@ def _stop_helpers() -> None:
 
 def _follower_main(rank: int, recipe: EngineRecipe, init: str, parent: int) -> None:
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
-    _set_threads(recipe.threads)
+    _set_threads(recipe.rank_threads())
     comm = init_comm(rank, recipe.layout.world, init, recipe.rank_device(rank))
     engine = build_rank_engine(recipe, comm)
     with torch.inference_mode():
