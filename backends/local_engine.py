@@ -87,7 +87,7 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     options = dict(max_batch=len(prompts), max_context=max_context,
                    max_tree_nodes=max(spec.num_nodes, trained or 1),
                    stage_timing=req.stage_timing)
-    single = build_engine(target, drafter, **options)
+    single = build_engine(target, drafter, **options) if req.tp_size == 1 or compare else None
     with _engine_for(req, single, options) as engine:
         engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off costs
         runs = {_label(spec.method, req): engine.generate(prompts, sampling, spec)}
