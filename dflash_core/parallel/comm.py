@@ -66,8 +66,9 @@ class Comm:
 
 
 def init_comm(rank: int, world: int, init_method: str, device: torch.device) -> Comm:
-    """Join the `world` ranks meeting at `init_method` (file:// or tcp://; env:// under
-    torchrun). NCCL on a CUDA device, gloo on the CPU; the control group is always gloo."""
+    """Join the `world` ranks meeting at `init_method` (ranks.py uses a file://; any
+    torch.distributed init method works). NCCL on a CUDA device, gloo on the CPU; the control
+    group is always gloo."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     options = dict(device_id=device) if backend == "nccl" else {}
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
