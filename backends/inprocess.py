@@ -1,5 +1,6 @@
 """The in-process backend: dflash_core run directly, no HTTP, for fast tuning of block size,
-tree shape and the running cap on the machine at hand (the CPU in CI).
+tree shape, the running cap and the TP / EP layout on the machine at hand (the CPU in CI; a
+launch with tp_size > 1 starts its other ranks as processes for the session's length).
 
 Each concurrency level is a closed loop over the engine's live batch: `c` requests in flight,
 each replaced by a new one as it finishes; requests beyond the running cap wait for a free row
@@ -48,29 +49,40 @@ class InProcessBackend(Backend):
         began = time.perf_counter()
         with refusals():
             self.flags(launch)  # what the server could not express, this cannot run either
-        try:
-            engine, spec = self._engine(launch, workload)
-            engine.check_spec(spec)  # e.g. a block larger than the drafter's fails here, not later
-            if engine.config.cuda_graphs:  # part of the launch, as a server's capture is
-                _capture(engine, spec, workload)
-        except Exception as error:  # the engine's own failure: classified like a server log
-            text = f"{type(error).__name__}: {error}"
-            raise LaunchFailed(classify(None, text), text) from error
-        session = _EngineSession(self, engine, spec, workload)
-        session.clock.launch_s = time.perf_counter() - began
-        yield session
+        with contextlib.ExitStack() as stack:
+            try:
+                engine, spec = self._engine(launch, workload, stack)
+                engine.check_spec(spec)  # e.g. a block above the drafter's fails here, not later
+                if engine.config.cuda_graphs:  # part of the launch, as a server's capture is
+                    _capture(engine, spec, workload)
+            except Exception as error:  # the engine's own failure: classified like a server log
+                text = f"{type(error).__name__}: {error}"
+                raise LaunchFailed(classify(None, text), text) from error
+            session = _EngineSession(self, engine, spec, workload)
+            session.clock.launch_s = time.perf_counter() - began
+            yield session
 
-    def _engine(self, launch: LaunchParams, workload: Workload):
+    def _engine(self, launch: LaunchParams, workload: Workload, stack: contextlib.ExitStack):
+        """The engine for ``launch``: on this process, or rank 0's of tp_size ranks (which
+        `stack` stops)."""
         from dflash_core import build_engine
 
         target, drafter = self._load()
         spec = to_spec(launch, drafter.config.block_size if drafter else None)
-        engine = build_engine(target, drafter if launch.speculative else None,
-                              max_batch=launch.max_running_requests,
-                              max_context=workload.input_len + workload.output_len + 1,
-                              max_tree_nodes=spec.num_nodes,
-                              batch_buckets=launch.capture_batch_sizes)
-        return engine, spec
+        limits = dict(max_batch=launch.max_running_requests,
+                      max_context=workload.input_len + workload.output_len + 1,
+                      max_tree_nodes=spec.num_nodes, batch_buckets=launch.capture_batch_sizes)
+        if launch.tp_size == 1:
+            return build_engine(target, drafter if launch.speculative else None, **limits), spec
+        from dflash_core.parallel.layout import Layout
+        from dflash_core.parallel.ranks import EngineRecipe, Ranks
+
+        t = self.deployment.target
+        ranks = Ranks(EngineRecipe(t.model_path, t.drafter_path if launch.speculative else None,
+                                   Layout(launch.tp_size, launch.ep_size), self.dtype,
+                                   self.device, limits))
+        stack.callback(ranks.close)
+        return ranks.engine, spec
 
     def _load(self):
         if self._models is None:  # loaded once, kept across launches

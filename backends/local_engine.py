@@ -9,7 +9,7 @@ token match are measured in one run. Problems the user can fix raise ValueError 
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import json
 import os
 import tempfile
@@ -39,14 +39,21 @@ class GenerateRequest:
     device: str
     dtype: str
     stage_timing: bool = False
+    tp_size: int = 1  # ranks (processes) the target is split over; LaunchParams' names
+    ep_size: int = 1  # expert groups among them (must divide tp_size)
 
 
 @dataclass(slots=True)
 class GenerateReport:
     texts: list[str]  # one stdout line per prompt
     runs: dict[str, Any]  # label -> dflash_core Generation
-    same_tokens: bool | None  # speculative == plain (only with compare)
+    same_tokens: bool | None  # the first run == the reference run (only with compare)
     stages: tuple[str, ...] = ()  # per-stage times in each run's stats, when asked for
+    reference: str | None = None  # label of the plain run compared against
+
+    @property
+    def main(self):
+        return next(iter(self.runs.values()))
 
 
 def require_engine() -> None:
@@ -59,6 +66,8 @@ def require_engine() -> None:
 
 
 def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
+    """With tp_size > 1 the run goes to ranks started here, and `compare` checks it against
+    plain decoding on this one device."""
     require_engine()
     from dflash_core import SamplingParams, build_engine, load_models
     from dflash_core.runtime.stats import STAGES
@@ -75,19 +84,46 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     max_context = max(map(len, prompts)) + sampling.max_tokens + 1
     check_fits(target.config, drafter and drafter.config, spec, len(prompts), max_context,
                target.lm_head.weight.element_size(), free_memory(target.lm_head.weight.device))
-    engine = build_engine(target, drafter, max_batch=len(prompts), max_context=max_context,
-                          max_tree_nodes=max(spec.num_nodes, trained or 1),
-                          stage_timing=req.stage_timing)
-    engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off allocation costs
-    runs = {spec.method: engine.generate(prompts, sampling, spec)}
-    if compare and spec.method != "none":
-        runs["none"] = engine.generate(prompts, sampling, Spec.none())
-    tokens = runs[spec.method].tokens
-    same = runs["none"].tokens == tokens if "none" in runs and len(runs) > 1 else None
+    options = dict(max_batch=len(prompts), max_context=max_context,
+                   max_tree_nodes=max(spec.num_nodes, trained or 1),
+                   stage_timing=req.stage_timing)
+    single = build_engine(target, drafter, **options) if req.tp_size == 1 or compare else None
+    with _engine_for(req, single, options) as engine:
+        engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off costs
+        runs = {_label(spec.method, req): engine.generate(prompts, sampling, spec)}
+    reference = None
+    if compare and (spec.method != "none" or req.tp_size > 1):
+        reference = "none" if req.tp_size == 1 else "none, 1 device"
+        runs[reference] = single.generate(prompts, sampling, Spec.none())
+    tokens = next(iter(runs.values())).tokens
+    same = runs[reference].tokens == tokens if reference else None
     # One line per prompt: decoded text as a JSON string (it may hold newlines), else the ids.
     texts = [json.dumps(tokenizer.decode(t)) if tokenizer else " ".join(map(str, t))
              for t in tokens]
-    return GenerateReport(texts, runs, same, STAGES if req.stage_timing else ())
+    return GenerateReport(texts, runs, same, STAGES if req.stage_timing else (), reference)
+
+
+@contextlib.contextmanager
+def _engine_for(req: GenerateRequest, single, options: dict):
+    """The one-device engine, or rank 0's of tp_size ranks (stopped on the way out)."""
+    if req.tp_size == 1:
+        yield single
+        return
+    from dflash_core.parallel.layout import Layout
+    from dflash_core.parallel.ranks import EngineRecipe, Ranks
+
+    ranks = Ranks(EngineRecipe(req.target, req.drafter, Layout(req.tp_size, req.ep_size),
+                               req.dtype, req.device, options))
+    try:
+        yield ranks.engine
+    finally:
+        ranks.close()
+
+
+def _label(method: str, req: GenerateRequest) -> str:
+    if req.tp_size == 1:
+        return method
+    return f"{method}, TP{req.tp_size}" + (f" EP{req.ep_size}" if req.ep_size > 1 else "")
 
 
 def free_memory(device) -> int:
@@ -124,19 +160,14 @@ def build_fixtures(folder: Path, force: bool, progress=None):
     return build_pair(folder, progress=progress)
 
 
-# `fixtures random --arch`: the writer of each architecture's tiny random target + drafter.
-RANDOM_ARCHS = {
-    "deepseek-v3": "dflash_core.models.random_checkpoint_deepseek:write_random_deepseek"}
-
-
 def write_random_fixtures(arch: str, out: Path, seed: int) -> dict[str, Any]:
-    """A tiny random target and its matching drafter under ``out`` (their manifest)."""
-    if arch not in RANDOM_ARCHS:
-        raise ValueError(f"--arch {arch!r}: choose one of {', '.join(RANDOM_ARCHS)}")
+    """A random `arch` target and its matching drafter under ``out`` -> their manifest."""
     require_engine()
+    from dflash_core.models.random_checkpoint import write_random_pair
+
     check_writable(out)
-    module, name = RANDOM_ARCHS[arch].split(":")
-    return getattr(importlib.import_module(module), name)(out, seed)
+    target, drafter = write_random_pair(arch, out, seed)
+    return {"arch": arch, "target": str(target), "drafter": str(drafter), "seed": seed}
 
 
 def check_writable(folder: Path) -> None:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU check of dflash_core in one call (a lent GPU is scarce: one command, then give it
-# back): the gpu-marked tests, then the engine benchmark on both model layouts. Each step has
+# back): the gpu-marked tests, the multi-rank (TP2, NCCL) graph test, then the engine benchmark
+# on both model layouts. Each step has
 # its own time limit and writes its log and JSON under $OUT (default ./gpu_out), so a step
 # that fails or runs out of time still leaves the others' results.
 #
-#   OUT=/tmp/gpu bash bench/gpu_checks.sh     # at most 9 minutes (the step limits), one H200
+#   OUT=/tmp/gpu bash bench/gpu_checks.sh     # at most 9.7 minutes (the step limits), one H200
 #
 # Needs torch, safetensors and tokenizers (dflash_core's own dependencies) and pytest.
 set -u
@@ -29,8 +30,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 "$python" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
     >>"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
-step pytest_gpu 120 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests
-step bench_qwen3_8b 260 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
+step pytest_gpu 120 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests \
+    --ignore tests/dflash_core_tests/test_parallel_graphs.py
+# Two ranks (NCCL) on the GPUs there are, both on one if it is alone: CUDA graphs capture the
+# round with its collectives and replay it to the single-device tokens.
+step pytest_gpu_parallel 80 "$python" -m pytest -q -p no:cacheprovider -m gpu \
+    tests/dflash_core_tests/test_parallel_graphs.py
+step bench_qwen3_8b 220 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
     --json "$out/qwen3_8b.json"
 step bench_qwen3_30b_a3b 160 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
     --contexts 4096 --batches 1,4 --budgets 16,32,64 \

@@ -258,8 +258,8 @@ def calibrate(reference: Annotated[str, typer.Option(
 # The engine's commands live in their own module (they share nothing with the study ones).
 app.command()(engine_cli.generate)
 app.command()(engine_cli.serve)  # backends.dflash_server.cli.serve
-fixtures_app = typer.Typer(no_args_is_help=True, help="The tiny trained target + DFlash drafter "
-                           "pair used by the tests, benchmarks and the in-process engine.")
+fixtures_app = typer.Typer(no_args_is_help=True, help="Checkpoints for the engine: the tiny "
+                           "trained pair (tests, benchmarks, in-process) and random pairs.")
 app.add_typer(fixtures_app, name="fixtures")
 fixtures_app.command("build")(engine_cli.fixtures_build)
 fixtures_app.command("random")(engine_cli.fixtures_random)

@@ -19,9 +19,11 @@ from backends.dflash_server.cli import Algorithm
 from backends.dflash_server.cli import BlockSize
 from backends.dflash_server.cli import Budget
 from backends.dflash_server.cli import Drafter
+from backends.dflash_server.cli import EpSize
 from backends.dflash_server.cli import MaxDepth
 from backends.dflash_server.cli import Spine
 from backends.dflash_server.cli import TopK
+from backends.dflash_server.cli import TpSize
 from backends.dflash_server.cli import option
 from backends.dflash_server.cli import serve  # noqa: F401  (registered as `dflash-tune serve`)
 from tuner import render
@@ -47,6 +49,7 @@ def generate(
             help="Also run plain decoding: speedup and token match in one run.")] = False,
         stages: Annotated[bool, typer.Option(
             help="Time each stage of a round (a device sync per stage on a GPU).")] = False,
+        tp_size: TpSize = 1, ep_size: EpSize = 1,
 ) -> None:
     """Generate with the dflash_core engine and show tokens/s and the acceptance histogram."""
     from backends.local_engine import GenerateRequest, run_generate
@@ -57,11 +60,14 @@ def generate(
                           speculative_dflash_block_size, speculative_ddtree_budget,
                           speculative_ddtree_topk, speculative_ddtree_max_depth, spine,
                           dict(temperature=temperature, top_k=top_k, top_p=top_p,
-                               max_tokens=max_tokens, seed=seed), device, dtype, stages)
+                               max_tokens=max_tokens, seed=seed), device, dtype, stages,
+                          tp_size, ep_size)
     report = run_generate(req, compare)
     _generate_tables(report)
     for text in report.texts:
         render.emit(text)
+    if report.same_tokens is False:
+        raise typer.Exit(1)
 
 
 def _generate_tables(report) -> None:
@@ -77,9 +83,15 @@ def _generate_tables(report) -> None:
                       for label, g in runs])
     render.note("accepted = tokens per round (tau):request-rounds")
     if report.same_tokens is not None:
-        first, plain = report.runs[next(iter(report.runs))], report.runs["none"]
-        render.note(f"speedup over plain decoding: {plain.stats.wall_s / first.stats.wall_s:.2f}x;"
-                    f" tokens identical: {report.same_tokens}")
+        first, plain = report.main, report.runs[report.reference]
+        render.note(f"speedup over {report.reference}: "
+                    f"{plain.stats.wall_s / first.stats.wall_s:.2f}x; tokens identical: "
+                    f"{report.same_tokens}", "" if report.same_tokens else "red")
+    traffic = report.main.stats.comm
+    if traffic.calls:
+        render.table("collectives per round (rank 0)", ["kind", "calls", "bytes"],
+                     [(kind, round(calls, 1), round(nbytes)) for kind, (calls, nbytes)
+                      in traffic.per_round(report.main.stats.rounds).items()])
 
 
 def fixtures_build(
@@ -108,14 +120,16 @@ def fixtures_build(
 
 
 def fixtures_random(
-        out: Annotated[Path, typer.Option(help="Folder for target/ and drafter/.")],
-        arch: Annotated[str, typer.Option(help="Architecture of the target: deepseek-v3 "
-                                               "(Kimi K2 shaped, INT4 experts).")]
-        = "deepseek-v3",
+        arch: Annotated[str, typer.Option(help="Architecture: qwen3, qwen3-moe or deepseek-v3 "
+                                               "(Kimi K2 shaped, INT4 experts, sharded).")],
+        out: Annotated[Path, typer.Option(help="Folder to write target/ and drafter/ into.")],
         seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0) -> None:
-    """Write a tiny random target (HF layout, sharded) and a matching DFlash drafter."""
+    """Write a random HF-layout target (with a tokenizer) and a matching random DFlash drafter:
+    tiny, untrained (acceptance is noise), for smoke tests and for trying layouts. Prints a JSON
+    manifest (arch, target, drafter, seed)."""
     from backends.local_engine import write_random_fixtures
 
     manifest = write_random_fixtures(arch, out, seed)
-    render.note(f"random {arch} target and drafter written to {out}")
+    render.note(f"random {arch} pair (seed {seed}) written to {out}: untrained, so drafts are "
+                "rarely accepted")
     render.emit(json.dumps(manifest))

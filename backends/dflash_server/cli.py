@@ -18,9 +18,9 @@ LogLevel = Enum("LogLevel", {level: level for level in (
     "critical", "error", "warning", "info", "debug", "trace")}, type=str)  # uvicorn's
 
 
-def option(knob: str, help: str):
-    """A command-line option for ``knob``, spelled as the flag table says."""
-    return typer.Option(FLAGS[knob], help=help)
+def option(knob: str, help: str, *aliases: str):
+    """A command-line option for ``knob``, spelled as the flag table says (and `aliases`)."""
+    return typer.Option(FLAGS[knob], *aliases, help=help)
 
 
 # The speculation options, declared once for `serve` and `generate` (tuner/engine_cli.py).
@@ -36,6 +36,11 @@ TopK = Annotated[int, option("speculative_ddtree_topk",
 MaxDepth = Annotated[int, option("speculative_ddtree_max_depth",
                                  "DDTree max depth (0 = block - 1).")]
 Spine = Annotated[bool, typer.Option(help="DDTree: greedy chain first.")]
+# The layout, declared once for `serve` and `generate`: SGLang's meaning and spellings.
+TpSize = Annotated[int, option("tp_size", "Ranks (processes) the target is split over: "
+                                          "attention heads, MLPs, vocabulary.", "--tp")]
+EpSize = Annotated[int, option("ep_size", "Expert groups among the tp ranks (divides tp): "
+                                          "routed experts split over them.", "--ep")]
 
 
 def serve(
@@ -57,6 +62,7 @@ def serve(
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
         served_model_name: str | None = None, seed: int = 0,
+        tp_size: TpSize = 1, ep_size: EpSize = 1,
         log_level: Annotated[LogLevel, typer.Option(
             help="uvicorn's log level; info adds the access log. The line saying where the "
                  "server listens is printed at every level.")] = LogLevel.warning) -> None:
@@ -74,7 +80,7 @@ def serve(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
         speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
         max_context, graphs, host, port, device, dtype, served_model_name, seed,
-        log_level.value))
+        log_level.value, tp_size, ep_size))
 
 
 def main() -> None:

@@ -36,23 +36,21 @@ class ServeOptions:
     served_model_name: str | None = None
     seed: int = 0
     log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
+    tp_size: int = 1  # ranks (processes) the target is split over (LaunchParams' names)
+    ep_size: int = 1  # expert groups among them
 
 
-def build(options: ServeOptions):
-    """-> (EngineLoop, ServerInfo), ready to serve."""
+def build(options: ServeOptions, ranks_out: list | None = None):
+    """-> (EngineLoop, ServerInfo), ready to serve. With tp_size > 1 the engine is rank 0's of
+    ranks started here (appended to `ranks_out`, for the caller to close)."""
     import torch
     from tokenizers import Tokenizer
 
     from backends.dflash_server.loop import EngineLoop
     from backends.dflash_server.protocol import ServerInfo
-    from dflash_core import build_engine, load_models
 
-    target, drafter = load_models(options.target, options.drafter, options.dtype,
-                                  options.device)
-    spec = to_spec(options, drafter.config.block_size if drafter else None, options.spine)
-    engine = build_engine(target, drafter, max_batch=options.max_running_requests,
-                          max_context=options.max_context, max_tree_nodes=spec.num_nodes,
-                          batch_buckets=tuple(options.cuda_graph_bs))
+    target, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
+    spec = to_spec(options, drafter.block_size if drafter else None, options.spine)
     tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
     if options.cuda_graph_bs and not engine.config.cuda_graphs:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
@@ -62,7 +60,7 @@ def build(options: ServeOptions):
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       {k: str(v) if isinstance(v, Path) else v
                        for k, v in asdict(options).items()},
-                      target.config.vocab_size, _model_names(options))
+                      target.vocab_size, _model_names(options))
     loop = EngineLoop(engine, spec, options.seed)
     if engine.config.cuda_graphs:  # before the first request, as servers do
         began = time.perf_counter()
@@ -70,6 +68,35 @@ def build(options: ServeOptions):
             made = loop.batch.capture()
         log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
     return loop, info
+
+
+def _engine(options: ServeOptions, ranks_out: list):
+    """-> (target config, drafter config or None, engine). Rank 0 of several reads only the
+    configs here: its weights are its shard, loaded by the ranks."""
+    from dflash_core import DrafterConfig, ModelConfig, build_engine, load_models
+    from dflash_core.models.config import read_config
+
+    if options.tp_size == 1:
+        target, drafter = load_models(options.target, options.drafter, options.dtype,
+                                      options.device)
+        target_cfg, drafter_cfg = target.config, drafter and drafter.config
+    else:
+        target_cfg = ModelConfig.from_dict(read_config(options.target))
+        drafter_cfg = DrafterConfig.from_dict(read_config(options.drafter)) \
+            if options.drafter else None
+    spec = to_spec(options, drafter_cfg.block_size if drafter_cfg else None, options.spine)
+    limits = dict(max_batch=options.max_running_requests, max_context=options.max_context,
+                  max_tree_nodes=spec.num_nodes, batch_buckets=tuple(options.cuda_graph_bs))
+    if options.tp_size == 1:
+        return target_cfg, drafter_cfg, build_engine(target, drafter, **limits)
+    from dflash_core.parallel.layout import Layout
+    from dflash_core.parallel.ranks import EngineRecipe, Ranks
+
+    recipe = EngineRecipe(options.target, options.drafter,
+                          Layout(options.tp_size, options.ep_size), options.dtype,
+                          options.device, limits)
+    ranks_out.append(Ranks(recipe, exit_on_death=True))
+    return target_cfg, drafter_cfg, ranks_out[-1].engine
 
 
 def _model_names(options: ServeOptions) -> tuple[str, ...]:
@@ -95,14 +122,19 @@ def serve(options: ServeOptions) -> None:
     from backends.dflash_server.app import build_app
 
     _configure_logging(options.log_level)
-    loop, info = build(options)
-    loop.start()
-    config = uvicorn.Config(build_app(loop, info), host=options.host, port=options.port,
-                            log_level=options.log_level, timeout_graceful_shutdown=5)
+    ranks: list = []
     try:
-        _announcing_server(config, info.model_name).run()
+        loop, info = build(options, ranks)
+        loop.start()
+        config = uvicorn.Config(build_app(loop, info), host=options.host, port=options.port,
+                                log_level=options.log_level, timeout_graceful_shutdown=5)
+        try:
+            _announcing_server(config, info.model_name).run()
+        finally:
+            loop.stop()
     finally:
-        loop.stop()
+        for handle in ranks:
+            handle.close()
 
 
 def _configure_logging(level: str) -> None:

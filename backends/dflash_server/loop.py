@@ -219,6 +219,8 @@ class EngineLoop:
                   finish: str | None) -> list[TokenLogprobs] | None:
         if ticket.top_logprobs is None or ticket.cancelled:
             return None
+        if self.engine.target.comm is not None:  # its forwards would run on rank 0 alone
+            raise ValueError("logprobs are not supported with --tp-size > 1")
         if ticket.scorer is None:
             ticket.scorer = Scorer(self.engine.target, ticket.prompt, ticket.sampling.temperature,
                                    ticket.top_logprobs, self.engine.config.max_context,

@@ -1,7 +1,8 @@
 """`dflash-tune serve` launch flags (this project's own server over dflash_core).
 
-One GPU (or the CPU) per server: tensor, data and expert parallelism are not expressible. DDTree
-is native. ``FLAGS`` is the one table from the tuning names (LaunchParams fields, which are also
+Tensor and expert parallelism as SGLang means them (`--tp-size N --ep-size M`: N ranks, the
+experts in M groups of them); data parallelism and attention-DP are not expressible. DDTree is
+native. ``FLAGS`` is the one table from the tuning names (LaunchParams fields, which are also
 serve's option names) to serve's spellings: the renderer below and serve's own command line
 (`backends.dflash_server.cli`) both read it.
 """
@@ -28,6 +29,8 @@ FLAGS = {
     "speculative_ddtree_topk": "--width",
     "speculative_ddtree_max_depth": "--depth",
     "max_running_requests": "--max-running-requests",
+    "tp_size": "--tp-size",
+    "ep_size": "--ep-size",
     "max_context": "--max-context",
     "cuda_graph_bs": "--cuda-graph-bs",
     "host": "--host",
@@ -51,6 +54,10 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
         out.add("speculative_ddtree_topk", params.speculative_ddtree_topk)
         out.add("speculative_ddtree_max_depth", params.tree_depth)
     out.add("max_running_requests", params.max_running_requests)
+    if params.tp_size > 1:
+        out.add("tp_size", params.tp_size)
+    if params.ep_size > 1:
+        out.add("ep_size", params.ep_size)
     if target.context_length is not None:
         out.add("max_context", target.context_length)
     if params.cuda_graph:
@@ -64,14 +71,13 @@ def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
 
 
 def _check_supported(params: LaunchParams, label: str) -> None:
-    if params.gpus > 1 or params.ep_size > 1 or params.enable_dp_attention:
+    if params.dp_size > 1 or params.enable_dp_attention:
         raise UnsupportedParams(
-            f"{label} runs on one device: tp_size, dp_size and ep_size must be 1 and "
-            "enable_dp_attention off")
+            f"{label} has no data parallelism: dp_size must be 1 and enable_dp_attention off")
 
 
 def label(params: LaunchParams) -> str:
-    """``dflash b6 graphs<=32 run48``: what serve reads (no layout, no memory fraction)."""
+    """``TP2 dflash b6 graphs<=32 run48``: what serve reads (no memory fraction)."""
     block = params.speculative_dflash_block_size
     if params.is_ddtree:
         method = (f"ddtree b{block} B{params.speculative_ddtree_budget} "
@@ -79,7 +85,9 @@ def label(params: LaunchParams) -> str:
     else:
         method = f"dflash b{block}" if params.speculative else "plain"
     graphs = f"graphs<={max(params.capture_batch_sizes)}" if params.cuda_graph else "eager"
-    return f"{method} {graphs} run{params.max_running_requests}"
+    layout = (f"TP{params.tp_size} " if params.tp_size > 1 else "") + (
+        f"EP{params.ep_size} " if params.ep_size > 1 else "")
+    return f"{layout}{method} {graphs} run{params.max_running_requests}"
 
 
 # DEFAULT_PORT is serve's own --port default (backends/dflash_server/cli.py).

@@ -18,6 +18,7 @@ from backends.perf_model.catalog import DrafterArch
 from backends.perf_model.catalog import Hardware
 from backends.perf_model.catalog import ModelArch
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.traffic import target_collectives
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,11 +153,5 @@ def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
 
 
 def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int) -> float:
-    tp = lp.tp_size
-    hidden_bytes = tokens * m.hidden * BF16_BYTES
-    if lp.enable_dp_attention:  # no attention all-reduce; MLP gathers tokens and scatters back
-        per_layer = 2 * node.collective_ms(hidden_bytes, tp, False)
-    else:  # one all-reduce after attention, one after the MLP / MoE (EP combines the same way)
-        per_layer = 2 * node.collective_ms(hidden_bytes, tp, True)
-    logits = node.collective_ms(tokens * m.vocab * BF16_BYTES, tp, False)
-    return m.num_layers * per_layer + logits
+    return sum(c.count * node.collective_ms(c.nbytes, lp.tp_size, kind == "all_reduce")
+               for kind, c in target_collectives(m, lp, tokens).items())

@@ -151,9 +151,11 @@ def _grouped(tokens: Tensor, experts: Tensor, gate_up: Tensor, down: Tensor) -> 
 def _dense(tokens: Tensor, weights: Tensor, experts: Tensor, gate_up: Tensor,
            down: Tensor) -> Tensor:
     """Every expert on every token, weighted by a [T, E] matrix that is zero off the route:
-    E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses."""
+    E/k times the FLOPs of _grouped, for shapes, dtypes or devices _grouped_mm refuses.
+    Adds rather than writes the weights: a rank holding some experts routes the others to
+    one of its own with weight 0 (parallel.modules.ShardedExperts)."""
     dense = torch.zeros(len(tokens), down.shape[0], dtype=weights.dtype,
-                        device=weights.device).scatter_(1, experts, weights)  # [T, E]
+                        device=weights.device).scatter_add_(1, experts, weights)  # [T, E]
     gate, up = torch.matmul(tokens, gate_up.mT).chunk(2, dim=-1)  # [E, T, I]
     y = torch.matmul(F.silu(gate) * up, down.mT)  # [E, T, H]
     return torch.einsum("te,eth->th", dense, y)

@@ -74,6 +74,11 @@ def save_model(model: Target | Drafter, directory: str | Path, shards: int = 1) 
 
 def read_weights(directory: str | Path) -> LazyWeights:
     """The checkpoint's tensors by name (headers read now, data when copied)."""
+    return LazyWeights.open(checkpoint_files(directory))
+
+
+def checkpoint_files(directory: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint (one, or the shards its index lists)."""
     root = Path(directory)
     if (root / INDEX_FILE).is_file():
         files = [root / name for name in _shard_names(root / INDEX_FILE)]
@@ -81,7 +86,10 @@ def read_weights(directory: str | Path) -> LazyWeights:
         files = [root / SINGLE_FILE]
     else:
         raise CheckpointError(f"{root} has neither {SINGLE_FILE} nor {INDEX_FILE}")
-    return LazyWeights.open(files)
+    missing = [path.name for path in files if not path.is_file()]
+    if missing:
+        raise CheckpointError(f"shard {missing[0]} listed in the index is missing")
+    return files
 
 
 def _shard_names(index: Path) -> list[str]:
@@ -100,18 +108,8 @@ def _load_into(build: Callable[[], nn.Module], weights: LazyWeights, dtype: torc
     headers, then filled tensor by tensor (its state dict's entries are views of its storage:
     per-expert keys are slices of the stacked experts)."""
     model = _built(build, dtype, device)
-    expected = _expected_shapes(model)
     names = set(weights) - _tied_head(model)  # some exporters keep a copy of the tied head
-    missing = sorted(set(expected) - names)
-    if missing:
-        raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")
-    unexpected = sorted(names - set(expected))
-    if unexpected:
-        raise CheckpointError(f"checkpoint has unexpected key(s), e.g. {unexpected[0]!r}")
-    for key, shape in expected.items():
-        if weights.shape(key) != shape:
-            raise CheckpointError(f"{key}: checkpoint shape {weights.shape(key)} != "
-                                  f"model shape {shape}")
+    check_shapes(expected_shapes(model), {key: weights.shape(key) for key in names})
     state = model.state_dict()
     with torch.no_grad():
         weights.each(names, lambda key, tensor: _fill(key, state[key], tensor))
@@ -144,7 +142,22 @@ def _tied_head(model: nn.Module) -> set[str]:
     return {"lm_head.weight"} if tied else set()
 
 
-def _expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+def check_shapes(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]]) -> None:
+    """A CheckpointError naming a missing or unexpected key, or a shape that does not fit."""
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {len(missing)} key(s), e.g. {missing[0]!r}")
+    unexpected = sorted(set(found) - set(expected))
+    if unexpected:
+        raise CheckpointError(f"checkpoint has unexpected key(s), e.g. {unexpected[0]!r}")
+    for key, shape in expected.items():
+        if tuple(found[key]) != shape:
+            raise CheckpointError(f"{key}: checkpoint shape {tuple(found[key])} != "
+                                  f"model shape {shape}")
+
+
+def expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of every weight a checkpoint of `model` holds (a meta-device model will do)."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     for key in _tied_head(model):
         shapes.pop(key)

@@ -1,4 +1,5 @@
-"""A tiny random Kimi-shaped target and a matching DFlash drafter, written in the HF layouts.
+"""A tiny random Kimi-shaped target and a matching DFlash drafter (random_checkpoint writes
+them in the HF layouts: `fixtures random --arch deepseek-v3`).
 
 The target is DeepSeek-V3 / Kimi K2 in small: the first layer dense then MoE layers, MLA with
 q_lora, YaRN with the mscale correction, one expert group (as Kimi), one shared expert, routed
@@ -9,9 +10,6 @@ target layers. Random weights: for exercising loading, shapes and the engine, no
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import torch
 
 from dflash_core.models.config import DrafterConfig, ModelConfig
@@ -20,7 +18,7 @@ from dflash_core.models.deepseek_target import deepseek_target
 from dflash_core.models.drafter import Drafter
 from dflash_core.models.int4 import Int4Experts, Int4Scheme
 from dflash_core.models.layers import Experts
-from dflash_core.models.loader import save_model
+from dflash_core.models.target import Target
 from dflash_core.models.yarn import YarnScaling
 
 VOCAB = 512
@@ -49,20 +47,14 @@ def kimi_like_drafter_config(block_size: int = 8) -> DrafterConfig:
     return DrafterConfig(layers, block_size, list(TAPS), mask_token_id=VOCAB - 2)
 
 
-def write_random_deepseek(out: str | Path, seed: int = 0, shards: int = 3) -> dict[str, Any]:
-    """OUT/target (config.json + sharded safetensors + index) and OUT/drafter; returns a small
-    manifest of what was written."""
-    out = Path(out)
+def deepseek_pair(seed: int = 0) -> tuple[Target, Drafter]:
+    """The target (its routed experts INT4 from random float ones) and its drafter."""
     torch.manual_seed(seed)
     target = deepseek_target(kimi_like_config()).eval()
     for layer in target.model.layers:
         if isinstance(getattr(layer.mlp, "experts", None), Int4Experts):
             _quantized_random_experts(layer.mlp.experts)
-    save_model(target, out / "target", shards=shards)
-    drafter = Drafter(kimi_like_drafter_config()).eval()
-    save_model(drafter, out / "drafter")
-    return {"target": str(out / "target"), "drafter": str(out / "drafter"), "seed": seed,
-            "shards": shards, "layers": TARGET_LAYERS, "taps": TAPS}
+    return target, Drafter(kimi_like_drafter_config()).eval()
 
 
 def _quantized_random_experts(experts: Int4Experts) -> None:

@@ -55,7 +55,8 @@ class Backbone(nn.Module):
     def allocate_cache(self, batch: int, capacity: int, dtype: torch.dtype,
                        device: torch.device) -> KVCache:
         cfg = self.config
-        return KVCache.allocate(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, capacity,
+        kv_heads = self.layers[0].self_attn.n_kv  # this rank's, when split over ranks
+        return KVCache.allocate(cfg.num_hidden_layers, batch, kv_heads, capacity,
                                 cfg.head_dim, dtype, device)
 
 
@@ -65,6 +66,8 @@ class Target(nn.Module):
     `taps` lists the layers whose *output* feeds the drafter (HF `hidden_states[i + 1]`), in the
     drafter's order. Logits are a separate call so callers project only the rows they need.
     """
+
+    comm = None  # the ranks' collectives when split over them (dflash_core.parallel.shard)
 
     def __init__(self, cfg: ModelConfig, backbone: nn.Module | None = None) -> None:
         super().__init__()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from dflash_core.models.target import Target
+from dflash_core.parallel.mirror import mirrored
 from dflash_core.runtime.batch import LiveBatch
 from dflash_core.runtime.round import Round
 from dflash_core.runtime.shapes import RoundShapes
@@ -79,9 +80,10 @@ class Engine:
         rows = cfg.max_batch if rows is None else rows
         if not 1 <= rows <= cfg.max_batch:
             raise ValueError(f"a batch needs 1..{cfg.max_batch} rows (max_batch), got {rows}")
-        return LiveBatch(self._round(spec, rows), cfg.max_context, seed,
-                         RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
-                         cfg.stage_timing)
+        batch = LiveBatch(self._round(spec, rows), cfg.max_context, seed,
+                          RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
+                          cfg.stage_timing)
+        return mirrored(batch, self.target.comm, spec, rows, seed)  # rank 0 of several: sent on
 
     def _round(self, spec: Spec, rows: int) -> Round:
         """One Round (device state, captured graphs) per (spec, rows, proposer), kept across

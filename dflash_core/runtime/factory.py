@@ -14,25 +14,36 @@ import torch
 from dflash_core.models.drafter import Drafter
 from dflash_core.models.loader import load_drafter, load_target
 from dflash_core.models.target import Target
+from dflash_core.parallel.comm import Comm
+from dflash_core.parallel.layout import Layout
+from dflash_core.parallel.shard import load_sharded_target
 from dflash_core.runtime.engine import Engine, EngineConfig
-from dflash_core.speculation.proposer import DFlashProposer
+from dflash_core.speculation.proposer import DFlashProposer, Proposer
 
 
 def load_models(target_dir: str | Path, drafter_dir: str | Path | None = None,
-                dtype: str | torch.dtype = "float32",
-                device: str | torch.device = "cpu") -> tuple[Target, Drafter | None]:
+                dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
+                layout: Layout | None = None, comm: Comm | None = None
+                ) -> tuple[Target, Drafter | None]:
     """The target and, given a directory, its drafter, checked against the target (hidden size,
-    taps, mask token, vocabulary). `dtype` is a torch.dtype or its name ("bfloat16")."""
+    taps, mask token, vocabulary). `dtype` is a torch.dtype or its name ("bfloat16"). With a
+    `layout` over several ranks the target holds this rank's (`comm.rank`) shards; the drafter
+    is small and replicated."""
     dtype = as_dtype(dtype)
-    target = load_target(target_dir, dtype, device)
+    if layout is not None and layout.world > 1:
+        target = load_sharded_target(target_dir, layout, comm, dtype, device)
+    else:
+        target = load_target(target_dir, dtype, device)
     drafter = load_drafter(drafter_dir, target.config, dtype, device) if drafter_dir else None
     return target, drafter
 
 
 def build_engine(target: Target, drafter: Drafter | None = None, *, max_batch: int,
                  max_context: int, max_tree_nodes: int, batch_buckets: tuple[int, ...] = (),
-                 cuda_graphs: bool | None = None, **options) -> Engine:
-    """An Engine with `drafter` as its DFlash proposer (None: plain decoding only).
+                 cuda_graphs: bool | None = None, proposer: Proposer | None = None,
+                 **options) -> Engine:
+    """An Engine with `drafter` as its DFlash proposer (None: plain decoding only), or with
+    `proposer` instead (an oracle, in tests and benchmarks).
 
     cuda_graphs=None means on exactly when batch_buckets are given and the target is on a CUDA
     device: graphs replay fixed batch sizes, and only CUDA has them. `options` are the other
@@ -42,7 +53,8 @@ def build_engine(target: Target, drafter: Drafter | None = None, *, max_batch: i
     config = EngineConfig(max_batch=max_batch, max_context=max_context,
                           max_tree_nodes=max_tree_nodes, batch_buckets=tuple(batch_buckets),
                           cuda_graphs=cuda_graphs, **options)
-    proposer = DFlashProposer(drafter, target) if drafter is not None else None
+    if proposer is None and drafter is not None:
+        proposer = DFlashProposer(drafter, target)
     return Engine(target, proposer, config)
 
 

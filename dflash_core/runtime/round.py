@@ -18,6 +18,7 @@ from torch import Tensor
 from dflash_core.models.cache import Cache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
+from dflash_core.parallel.traffic import Traffic
 from dflash_core.runtime.graphs import RoundGraphs
 from dflash_core.runtime.stats import GenerationStats
 from dflash_core.speculation.accept import accept
@@ -64,6 +65,9 @@ class Round:
         self.path_len = spec.tree_depth + 1  # A: the longest accepted path, root included
         self.state = RoundState.allocate(cache.rows, self.path_len, width, cache.dtype,
                                          self.device)
+        # A replayed graph runs no Python, so each shape's collectives are counted when it
+        # runs eagerly and added per round from here.
+        self.traffic: dict[tuple[int, int, str], Traffic] = {}
         self.graphs = RoundGraphs(
             lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
             if cuda_graphs else None
@@ -78,13 +82,17 @@ class Round:
         """`run`, or the graph of its shape where graphs are on (timed as one "round")."""
         if self.graphs is None:
             self.run(n, read_len, mode, stage_timing)
-            return
-        with self.stats.timed("round", self.device, stage_timing):
-            self.graphs.run((n, read_len, mode), lambda: self.run(n, read_len, mode, False))
+        else:
+            with self.stats.timed("round", self.device, stage_timing):
+                self.graphs.run((n, read_len, mode), lambda: self.run(n, read_len, mode, False))
+        if self.target.comm is not None:
+            self.stats.comm.merge(self.traffic[n, read_len, mode])
 
     def run(self, n: int, read_len: int, mode: str, stage_timing: bool) -> None:
         """Rows [0, n); `read_len` prefix slots; `mode` = the sampling table's mode for them.
         With stage_timing each stage is timed (a sync per stage on a GPU)."""
+        comm = self.target.comm
+        mark = comm.traffic.copy() if comm is not None else None
         timed, device = self.stats.timed, self.device
         state, cache = self.state, self.cache.row_range(n)
         starts = state.starts[:n]
@@ -96,6 +104,8 @@ class Round:
             post, features = self._verify(cache, starts, read_len, tree, mode)
         with timed("commit", device, stage_timing):
             self._commit(cache, starts, tree, post, features)
+        if mark is not None:
+            self.traffic[n, read_len, mode] = comm.traffic.since(mark)
 
     def _draft(self, n: int, read_len: int) -> Tensor | None:
         if self.spec.method == "none":

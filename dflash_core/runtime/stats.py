@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dflash_core.parallel.traffic import Traffic
+
 # "round": a whole round replayed as a CUDA graph (its stages cannot be timed apart).
 STAGES = ("prefill", "draft", "build", "verify", "commit", "round")
 
@@ -22,6 +24,8 @@ class GenerationStats:
     stage_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     generated_tokens: int = 0
     wall_s: float = 0.0
+    # Collectives this rank's rounds ran, by kind (prefill excluded); empty on one device.
+    comm: Traffic = field(default_factory=Traffic)
 
     @property
     def mean_acceptance(self) -> float:

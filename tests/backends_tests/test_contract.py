@@ -123,3 +123,23 @@ def test_in_process_greedy_probe_of_speculative_configs_equals_the_baseline(inpr
             best = session.measure(1)
             assert gates(session, params, best) is None
             assert best.accept_len_mean > 1.1
+
+
+@pytest.mark.slow
+def test_in_process_tp2_launch_answers_the_probe_with_the_tp1_baseline(inprocess_backend):
+    """tp_size reaches the engine: a TP2 launch (two CPU ranks) is measured, and its greedy probe
+    gives the single-device baseline's tokens."""
+    from tuner.config import GatesConfig
+    from tuner.launches.gates import Gates
+
+    workload = Workload(input_len=32, output_len=12, concurrency=(1,))
+    prompts = [[100 + 7 * i + j for j in range(24)] for i in range(4)]
+    gates = Gates(GatesConfig(probe_prompts=4, probe_tokens=10, soak_s=0.0), prompts, 12)
+    with inprocess_backend.session(LP(**TINY_GOOD), workload) as baseline:
+        gates.record_reference(baseline)
+    params = LP(**{**TINY_GOOD, "tp_size": 2}, speculative_algorithm="dflash")
+    with inprocess_backend.session(params, workload) as session:
+        assert session.engine.target.comm.world == 2
+        best = session.measure(1)
+        assert gates(session, params, best) is None
+        assert best.ok and best.accept_len_mean > 1.1

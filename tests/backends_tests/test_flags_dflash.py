@@ -28,11 +28,19 @@ def test_plain_eager_has_no_drafter_or_graph_options():
         "--max-running-requests", "4", "--host", "127.0.0.1", "--port", "9"]
 
 
-@pytest.mark.parametrize("params", [LaunchParams(tp_size=2), LaunchParams(tp_size=1, dp_size=2),
-                                    LaunchParams(tp_size=1, enable_dp_attention=True)])
-def test_multi_device_layouts_are_unsupported(params):
-    with pytest.raises(UnsupportedParams, match="one device"):
+@pytest.mark.parametrize("params", [LaunchParams(tp_size=2, dp_size=2),
+                                    LaunchParams(tp_size=1, dp_size=2),
+                                    LaunchParams(tp_size=2, enable_dp_attention=True)])
+def test_data_parallel_layouts_are_unsupported(params):
+    with pytest.raises(UnsupportedParams, match="no data parallelism"):
         render_command("dflash", params, TARGET)
+
+
+def test_tensor_and_expert_parallel_layouts_render_their_sizes():
+    params = LaunchParams(tp_size=4, ep_size=2, cuda_graph=False, max_running_requests=4)
+    argv = render_command("dflash", params, LaunchTarget("t", port=9))
+    assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--ep-size") + 1] == "2"
+    assert "--tp-size" not in render_command("dflash", LaunchParams(tp_size=1), TARGET)
 
 
 def _serve_command(which: str):
@@ -54,14 +62,14 @@ def test_every_knob_parses_back_under_its_tuning_name(which):
     """The walk of a knob from LaunchParams through the flag table to serve's options: the
     rendered command parses with the real serve command back to the same values, each under
     the LaunchParams field name."""
-    params = LaunchParams(tp_size=1, speculative_algorithm="ddtree", speculative_ddtree_budget=20,
-                          speculative_ddtree_topk=3, speculative_ddtree_max_depth=5,
-                          max_running_requests=8)
+    params = LaunchParams(tp_size=4, ep_size=2, speculative_algorithm="ddtree",
+                          speculative_ddtree_budget=20, speculative_ddtree_topk=3,
+                          speculative_ddtree_max_depth=5, max_running_requests=8)
     argv = render_command("dflash", params, TARGET)
     parsed = _serve_command(which).make_context("serve", argv[2:]).params
     for knob in ("speculative_dflash_block_size", "speculative_ddtree_budget",
                  "speculative_ddtree_topk", "speculative_ddtree_max_depth",
-                 "max_running_requests"):
+                 "max_running_requests", "tp_size", "ep_size"):
         assert parsed[knob] == getattr(params, knob), knob
     assert parsed["speculative_algorithm"].value == "ddtree"
     assert parsed["cuda_graph_bs"] == "1,2,4,8" and str(parsed["drafter"]) == "pair/drafter"

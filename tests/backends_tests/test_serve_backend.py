@@ -106,5 +106,5 @@ def test_a_port_someone_else_holds_is_port_in_use(monkeypatch):
 
 
 def test_configurations_the_server_cannot_express_never_launch():
-    rows = _backend().measure(replace(DFLASH, tp_size=2), WORKLOAD)
+    rows = _backend().measure(replace(DFLASH, dp_size=2), WORKLOAD)  # TP and EP it can
     assert {m.failure for m in rows} == {FailureClass.UNSUPPORTED}

@@ -100,13 +100,12 @@ def test_schedule_and_best_agree_when_medians_across_running_caps_disagree(tmp_p
     assert low["speculative_dflash_block_size"] == 5 and low["trial"] == {"1": 3, "4": 3}
 
 
-def test_serve_flags_for_a_multi_gpu_study_say_the_layout_is_the_problem(tmp_path):
+def test_serve_flags_for_a_multi_gpu_study_carry_its_tensor_parallel_layout(tmp_path):
     make_study(tmp_path, QUEUEING_STUDY)
     result = cli("best", "--emit-flags", "--backend", "dflash", cwd=tmp_path)
-    assert result.returncode == 1 and result.stdout == ""
-    assert "no successful configuration meets" not in result.stderr
-    assert "can be launched by the requested engine" in result.stderr
-    assert "runs on one device" in result.stderr
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[:2] == ["dflash-tune", "serve"] and argv[argv.index("--tp-size") + 1] == "8"
 
 
 def test_serve_command_has_its_own_port_and_label_and_no_unreleased_ddtree_note(tmp_path):

@@ -231,11 +231,11 @@ def test_optuna_sees_metric_names_latencies_and_no_zero_valued_failures(studied)
     assert all(statuses[t.number] != "ok" for t in by_state["PRUNED"])
 
 
-def test_serve_flags_on_the_default_study_say_serve_cannot_run_its_layouts(studied):
+def test_serve_flags_on_the_default_study_render_its_layout_for_serve(studied):
     result = cli("best", "--emit-flags", "--backend", "dflash", cwd=studied)
-    assert result.returncode == 1 and result.stdout == ""
-    assert "can be launched by the requested engine" in result.stderr
-    assert "dflash-tune serve 0.1.0 runs on one device" in result.stderr
+    assert result.returncode == 0, result.stderr
+    argv = result.stdout.split()
+    assert argv[:2] == ["dflash-tune", "serve"] and "--tp-size" in argv
 
 
 SMOKE_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "smoke.yaml"

@@ -1,0 +1,52 @@
+"""The collectives of one forward on one rank, by kind: how many, and how large each is.
+
+These are the communication terms the step model times (`step._target_comm_ms` sums
+`Node.collective_ms` over `target_collectives`), and what dflash_core's engine counts per round
+(`GenerationStats.comm`), so a test can hold the two to each other. Sizes are each collective's
+buffer (all-reduce: the tensor; all-gather: the gathered result), from which the ring's wire
+bytes follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.launch_params import LaunchParams
+from backends.perf_model.catalog import BF16_BYTES, ModelArch
+
+
+@dataclass(slots=True, frozen=True)
+class Collectives:
+    count: int
+    nbytes: float  # each
+
+    @property
+    def total(self) -> float:
+        return self.count * self.nbytes
+
+
+def target_collectives(m: ModelArch, lp: LaunchParams, tokens: int,
+                       dtype_bytes: int = BF16_BYTES) -> dict[str, Collectives]:
+    """One target forward over `tokens` tokens. Tensor-parallel attention: an all-reduce after
+    attention and one after the MLP / MoE in every layer (EP combines the replicated tokens with
+    the same all-reduce), one for the vocabulary-parallel embedding, and the LM head's gather.
+    Attention-DP gathers tokens before the MLP and scatters them back instead."""
+    if lp.tp_size <= 1:
+        return {}
+    hidden = tokens * m.hidden * dtype_bytes
+    logits = Collectives(1, tokens * m.vocab * dtype_bytes)
+    if lp.enable_dp_attention:  # per rank: its own requests, a replicated embedding
+        return {"all_gather": Collectives(2 * m.num_layers, hidden), "logits": logits}
+    return {"all_reduce": Collectives(2 * m.num_layers + 1, hidden), "all_gather": logits}
+
+
+def replicated_draft_collectives(m: ModelArch, lp: LaunchParams, batch: int,
+                                 dtype_bytes: int = BF16_BYTES) -> dict[str, Collectives]:
+    """One DFlash draft with the drafter replicated on every rank (dflash_core's choice): only
+    the target's embedding (the block) and LM head (block - 1 predicted positions) it borrows
+    communicate."""
+    if lp.tp_size <= 1:
+        return {}
+    block = lp.speculative_dflash_block_size
+    return {"all_reduce": Collectives(1, batch * block * m.hidden * dtype_bytes),
+            "all_gather": Collectives(1, batch * (block - 1) * m.vocab * dtype_bytes)}

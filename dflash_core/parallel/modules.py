@@ -1,0 +1,78 @@
+"""Shards of the Qwen3 layers: what `shard.parallelize` puts in place of the full modules.
+
+Column-parallel projections (q, k, v, gate, up) are plain nn.Linear shards and need no
+communication; the row-parallel ones (o, down) and the routed experts sum their partial outputs
+over the ranks; the embedding and LM head split the vocabulary. Every shard keeps the full
+module's `weight` name, so the HF key of a parameter is still its name in the model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dflash_core.models.layers import Experts
+from dflash_core.parallel.comm import Comm
+from dflash_core.parallel.layout import Span
+
+
+class RowParallelLinear(nn.Module):
+    """x [..., in / tp] (this rank's slice) -> the full x @ W.T [..., out], summed over ranks."""
+
+    def __init__(self, in_shard: int, out: int, comm: Comm) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out, in_shard))
+        self.comm = comm
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.comm.all_reduce(F.linear(x, self.weight))
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Rows `vocab` of the table: ids outside them look up zeros, the sum over ranks the row."""
+
+    def __init__(self, vocab: Span, hidden: int, comm: Comm) -> None:
+        super().__init__()
+        self.vocab, self.comm = vocab, comm
+        self.weight = nn.Parameter(torch.empty(vocab.count, hidden))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        local = ids - self.vocab.start
+        mine = (local >= 0) & (local < self.vocab.count)
+        rows = F.embedding(local.clamp(0, self.vocab.count - 1), self.weight)  # [..., H]
+        return self.comm.all_reduce(rows * mine[..., None].to(rows.dtype))
+
+
+class VocabParallelHead(nn.Module):
+    """Logits of this rank's vocabulary rows, gathered: every rank gets all V logits, so
+    sampling, tree building and the acceptance walk run unchanged and identically."""
+
+    def __init__(self, vocab: Span, hidden: int, comm: Comm) -> None:
+        super().__init__()
+        self.vocab, self.comm = vocab, comm
+        self.weight = nn.Parameter(torch.empty(vocab.count, hidden))
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.comm.all_gather(F.linear(hidden, self.weight))  # [..., V]
+
+
+class ShardedExperts(Experts):
+    """Experts `experts` of E, each over its `intermediate` slice.
+
+    Every rank holds every token (attention is tensor-parallel, so the MoE input is replicated),
+    so dispatch is local: a rank runs the (token, slot) pairs routed to its experts, with zero
+    weight for the others, and the combine is one all-reduce of the partial sums. That moves the
+    same bytes as a TP MLP's all-reduce; an all-to-all would only pay off once tokens are not
+    replicated (attention-DP)."""
+
+    def __init__(self, experts: Span, hidden: int, intermediate: Span, comm: Comm) -> None:
+        super().__init__(experts.count, hidden, intermediate.count)
+        self.span, self.slice, self.comm = experts, intermediate, comm
+
+    def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        local = experts - self.span.start  # [T, k]
+        mine = (local >= 0) & (local < self.span.count)
+        partial = super().forward(tokens, weights * mine.to(weights.dtype),
+                                  local.clamp(0, self.span.count - 1))  # [T, H]
+        return self.comm.all_reduce(partial)
