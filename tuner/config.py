@@ -157,14 +157,10 @@ class BackendConfig(_Section):
     extra_args: list[str] = []
     # Follow an engine's flag rename without a code change: logical key -> flag (null drops it).
     flag_overrides: dict[str, str | None] = {}
-    # The model backend's fitted constants (see `dflash-tune calibrate`); fitted on the
-    # reference node's numbers.
-    efficiency: dict[str, float] = {
-        "bandwidth_efficiency": 0.608,
-        "collective_latency_us": 48.6,
-        "launch_overhead_us": 40.8,
-        "matmul_fixed_us": 0.255,
-    }
+    # The model backend's constants (names: backends/perf_model/constants.py Efficiency), over
+    # the shipped global fit for this GPU (backends/perf_model/fitted.yaml); `dflash-tune
+    # calibrate --study NAME --write` stores a study's own fit here.
+    efficiency: dict[str, float] = {}
     simulation: SimulationConfig = SimulationConfig()
 
 

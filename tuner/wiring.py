@@ -53,15 +53,20 @@ def backend_from(cfg: Config) -> Backend:
         options["simulation"] = Simulation(
             noise=sim.noise, launch_s=sim.launch_s, reference_requests=sim.reference_requests,
             launch_share=sim.launch_share, real_time=sim.real_time, seed=sim.seed)
-        options["truth_efficiency"] = sim.efficiency and Efficiency(**sim.efficiency)
+        # The truth differs from the tuner's model in the constants it names, not in the rest.
+        options["truth_efficiency"] = sim.efficiency and Efficiency(
+            **{**options["efficiency"].as_dict(), **sim.efficiency})
         options["truth_acceptance"] = sim.acceptance
     return get_backend(cfg.backend.name, deployment_from(cfg), **options)
 
 
 def efficiency_from(cfg: Config):
+    """The shipped constants for the configured GPU, with what the config sets over them."""
     from backends.perf_model import Efficiency
+    from backends.perf_model.shipped import default_efficiency
 
-    return Efficiency(**cfg.backend.efficiency)
+    base = default_efficiency(cfg.hardware.gpu).as_dict()
+    return Efficiency(**{**base, **cfg.backend.efficiency})
 
 
 def space_from(cfg: Config):

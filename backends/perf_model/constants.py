@@ -39,6 +39,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "matmul_fixed_us": (0.05, 5.0),  # a kernel's tail and prologue, a few us at most
     "compute_efficiency": (0.2, 0.9),  # large bf16 GEMMs reach 60-80% of datasheet
     "spec_round_us": (0.0, 3000.0),  # verify bookkeeping, accept, KV commit, drafter launches
+    "spec_request_us": (0.0, 300.0),  # the same work per running request (accept walk, KV slots)
 }
 
 
@@ -61,11 +62,14 @@ class Efficiency:
     # FLOPs: the accept walk, KV commit / rollback, the drafter's own launch sequence and the
     # extra host-device synchronisation (us, per round, whatever the batch).
     spec_round_us: float = 0.0
+    # The part of that work done per running request each round (its accept walk, its KV slots
+    # committed or rolled back, its output tokens appended): us per request per round.
+    spec_request_us: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value < 0 or (value == 0 and f.name != "spec_round_us"):
+            if value < 0 or (value == 0 and not f.name.startswith("spec_")):
                 raise ValueError(f"{f.name} must be > 0")
         if self.bandwidth_efficiency > 1 or self.compute_efficiency > 1:
             raise ValueError("bandwidth_efficiency and compute_efficiency must be <= 1")
@@ -87,7 +91,7 @@ def fit_classes(memory: str, interconnect: str) -> dict[str, str]:
     Host-side constants (launches, per-round cost) belong to the engine, shared by all."""
     return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
             "launch_overhead_us": "host", "matmul_fixed_us": "gpu",
-            "compute_efficiency": "gpu", "spec_round_us": "host"}
+            "compute_efficiency": "gpu", "spec_round_us": "host", "spec_request_us": "host"}
 
 
 def _link_family(interconnect: str) -> str:

@@ -25,7 +25,7 @@ from backends.perf_model.references import Reference, model_predictor
 
 # us added before taking the log of a constant that may be 0 (the per-round cost), so that the
 # log stays finite and 0 stays reachable.
-_SHIFT = {"spec_round_us": 20.0}
+_SHIFT = {"spec_round_us": 20.0, "spec_request_us": 2.0}
 PRIOR_WEIGHT = 0.05  # a prior residual of log(2) costs like a 3.5% miss on one observation
 NOISE_FLOOR = 0.05  # relative error assumed of a published number, for the standard errors
 WEAK_SE = 0.35  # a log standard error above this (about +-40%) is "not identified"
@@ -70,9 +70,10 @@ class Identified:
             return "AT BOUND"
         if not math.isfinite(self.log_se):
             return "not identified (no observation depends on it)"
+        spread = f"+-{math.expm1(self.log_se):.0%}" if self.log_se < 3 else "+-more than 20x"
         if self.log_se > WEAK_SE:
-            return f"weakly identified (+-{math.expm1(self.log_se):.0%})"
-        return f"identified (+-{math.expm1(self.log_se):.0%})"
+            return f"weakly identified ({spread})"
+        return f"identified ({spread})"
 
 
 @dataclass(slots=True)
@@ -106,7 +107,7 @@ def constants_of(sources: Sequence[Reference]) -> list[Constant]:
     seen: dict[str, Constant] = {}
     for src in sources:
         for name, klass in load_hardware(src.deployment.gpu).classes.items():
-            if name == "spec_round_us" and not any(o.launch.speculative
+            if name.startswith("spec_") and not any(o.launch.speculative
                                                    for o in src.observations):
                 continue
             c = Constant(name, klass)

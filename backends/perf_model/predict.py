@@ -50,7 +50,8 @@ def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
         # Serial per-round work no roofline sees (accept walk, KV commit / rollback, the
         # drafter's own launch sequence and its extra sync): published DFlash rounds at
         # concurrency 1 are far slower than their bytes and FLOPs alone.
-        parts["spec_round"] = s.node.eff.spec_round_us / 1e3
+        eff = s.node.eff
+        parts["spec_round"] = (eff.spec_round_us + batch * eff.spec_request_us) / 1e3
     # Launches are asynchronous: the host runs ahead of the GPU until the step's one sync, so
     # only host time beyond the device time shows up in the step.
     parts["host_exposed"] = max(C.EXPOSED_HOST_FLOOR * host, host - sum(parts.values()))
