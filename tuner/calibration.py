@@ -27,6 +27,19 @@ def calibrate_reference(name: str) -> Efficiency:
 def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     """Fit on the study's measured levels (every launch, or all but the held-out share of its
     trials, every ``1/holdout``-th by trial number) and compare."""
+    eff, result, fitted, held = fit_study(cfg, holdout)
+    _show(f"model vs study {cfg.study.name} (fitted levels)", fitted)
+    if held:
+        _show(f"held-out launches ({len(held)} levels, not fitted)", held)
+    for i in result.identified:
+        render.note(f"{i.key}: {i.value:.4g} ({i.status})",
+                    "yellow" if i.at_bound else "")
+    _emit(eff)
+    return eff
+
+
+def fit_study(cfg: Config, holdout: float = 0.0):
+    """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones)."""
     from backends.perf_model.global_fit import fit_sources
     from tuner.wiring import deployment_from, efficiency_from, workload_from
 
@@ -37,16 +50,8 @@ def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     result = fit_sources([Reference(dep, workload, tuple(fit_obs), name=cfg.study.name)])
     eff = result.efficiency(dep.gpu, fallback=efficiency_from(cfg))
     predict = model_predictor(dep)
-    _show(f"model vs study {cfg.study.name} (fitted levels)",
-          compare(predict, eff, fit_obs, workload))
-    if held:
-        _show(f"held-out launches ({len(held)} levels, not fitted)",
-              compare(predict, eff, held, workload))
-    for i in result.identified:
-        render.note(f"{i.key}: {i.value:.4g} ({i.status})",
-                    "yellow" if i.at_bound else "")
-    _emit(eff)
-    return eff
+    return (eff, result, compare(predict, eff, fit_obs, workload),
+            compare(predict, eff, held, workload))
 
 
 def _study_observations(cfg: Config, holdout: float) -> tuple[list[Observation],

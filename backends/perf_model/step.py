@@ -32,7 +32,7 @@ class Node:
 
     def compute_ms(self, flops: float, rows: float) -> float:
         """Tensor work of GEMMs ``rows`` tall: small shapes reach less of the peak."""
-        shape = rows / (rows + C.GEMM_HALF_ROWS)
+        shape = 1.0 if math.isinf(rows) else rows / (rows + C.GEMM_HALF_ROWS)
         return flops / (self.hw.bf16_tflops * 1e12 * self.eff.compute_efficiency * shape) * 1e3
 
     def linear_ms(self, nbytes: float, flops: float, rows: float) -> float:
@@ -158,7 +158,8 @@ def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
         share = 1.0 / min(tp, kv_heads) if kv_heads else 1.0
     kv_bytes = batch * context * layers * kv_bytes_layer * share
     flops = tokens * context * layers * flops_per_ctx_layer / tp
-    return max(node.mem_ms(kv_bytes), node.compute_ms(flops, tokens))
+    # Attention tiles over heads and context, not over the step's rows: no small-shape penalty.
+    return max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))
 
 
 def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int) -> float:
