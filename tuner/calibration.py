@@ -57,7 +57,7 @@ def fit_study(cfg: Config, holdout: float = 0.0):
 def _study_observations(cfg: Config, holdout: float) -> tuple[list[Observation],
                                                                list[Observation]]:
     from tuner import records
-    from tuner.storage import open_records
+    from tuner.best import open_records
 
     db, _ = open_records(cfg.study.storage, cfg.study.name)
     trials = [t for t in records.load_trials(db, cfg.study.name)

@@ -91,10 +91,12 @@ def _level(m: Measurement) -> dict:
 
 
 def show(req: EstimateRequest, rows: Sequence[Measurement]) -> None:
-    parts = sorted({k for m in rows for k in m.breakdown_ms})
-    columns = ["concurrency", "output tok/s", "TPOT ms", "TTFT ms", "accept", *parts]
+    columns = ["concurrency", "output tok/s", "TPOT ms", "TTFT ms", "accept"]
     table = [(m.concurrency, f"{m.output_tok_s:,.1f}", f"{m.tpot_p50_ms:.2f}",
-              f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}",
-              *(f"{m.breakdown_ms.get(p, 0.0):.3f}" for p in parts)) for m in rows]
-    render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()} "
-                 f"(step breakdown in ms)", columns, table)
+              f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}") for m in rows]
+    render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}",
+                 columns, table)
+    render.note("step breakdown, ms per round:")
+    for m in rows:
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in m.breakdown_ms.items())
+        render.note(f"  c={m.concurrency}: {parts}")
