@@ -11,7 +11,8 @@ from pathlib import Path
 
 from backends.perf_model.calibrate import Comparison, Observation, compare
 from backends.perf_model.constants import Efficiency
-from backends.perf_model.references import Reference, fit_reference, load_reference
+from backends.perf_model.global_fit import fit_reference
+from backends.perf_model.references import Reference, load_reference
 from backends.perf_model.references import model_predictor
 from tuner import render
 from tuner.config import Config

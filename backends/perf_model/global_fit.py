@@ -21,6 +21,7 @@ import numpy as np
 
 from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import BOUNDS, Efficiency
+from backends.perf_model.calibrate import Comparison, compare
 from backends.perf_model.references import Reference, model_predictor
 
 # us added before taking the log of a constant that may be 0 (the per-round cost), so that the
@@ -207,3 +208,9 @@ def _identify(consts: Sequence[Constant], x: np.ndarray, data: _Residuals, low: 
         lo, hi = BOUNDS[c.name]
         out.append(Identified(c.key, c.from_x(x[j]), lo, hi, se, at_bound))
     return out
+
+
+def fit_reference(ref: Reference) -> tuple[Efficiency, list[Comparison]]:
+    """Constants fitted to ``ref`` alone and how each observation compares under them."""
+    eff = fit_sources([ref]).efficiency(ref.deployment.gpu)
+    return eff, compare(model_predictor(ref.deployment), eff, ref.observations, ref.workload)

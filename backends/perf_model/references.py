@@ -18,10 +18,8 @@ from backends.perf_model.calibrate import (
     METRICS,
     PEAK,
     SPEEDUP,
-    Comparison,
     Observation,
     Predictor,
-    compare,
 )
 from backends.perf_model.constants import Efficiency
 
@@ -173,16 +171,6 @@ def _level_metric(backend: PerfModelBackend, launch: LaunchParams, workload: Wor
         return 0.0
     best = max(rows, key=lambda m: m.output_tok_s)
     return float(getattr(best, metric) or 0.0)
-
-
-def fit_reference(ref: Reference) -> tuple[Efficiency, list[Comparison]]:
-    """Constants fitted to ``ref`` alone (the bounded global fit over one source) and how each
-    observation compares under them."""
-    from backends.perf_model.global_fit import fit_sources
-
-    result = fit_sources([ref])
-    eff = result.efficiency(ref.deployment.gpu)
-    return eff, compare(model_predictor(ref.deployment), eff, ref.observations, ref.workload)
 
 
 def _tuples(raw: dict[str, Any]) -> dict[str, Any]:
