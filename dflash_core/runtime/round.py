@@ -64,6 +64,7 @@ class Round:
         self.path_len = spec.tree_depth + 1  # A: the longest accepted path, root included
         self.state = RoundState.allocate(cache.rows, self.path_len, width, cache.dtype,
                                          self.device)
+        self.forward = target  # the verify forward; the engine may swap in a compiled one
         self.graphs = RoundGraphs(
             lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
             if cuda_graphs else None
@@ -126,7 +127,7 @@ class Round:
         nodes = torch.arange(tree.num_nodes, device=self.device)
         step = Step(starts[:, None] + tree.depths, starts[:, None] + nodes, starts, read_len,
                     tree.mask, self.fused)
-        hidden, features = self.target(tree.tokens, step, cache, self.taps)  # [n, N, *]
+        hidden, features = self.forward(tree.tokens, step, cache, self.taps)  # [n, N, *]
         table = self.state.sampling.rows(len(starts))
         return sample_table(self.target.logits(hidden), table, self.generator, mode), features
 
