@@ -1,7 +1,7 @@
 """The verify forward through torch.compile gives the eager engine's tokens (EngineConfig.compile).
 
-"eager" runs Dynamo's trace without code generation (seconds); "inductor" generates C++ and
-takes minutes on 2 cores, so it is marked slow.
+"eager" runs Dynamo's trace without code generation (~30 s on 2 shared cores); "inductor"
+generates C++ (minutes): both are marked slow.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def _check_compiled_equals_eager(backend: str) -> None:
     assert all(r.forward is compiled.compiled for r in compiled._rounds.values())
 
 
+@pytest.mark.slow  # ~30 s of Dynamo tracing on 2 cores
 def test_dynamo_traced_verify_gives_eager_tokens():
     _check_compiled_equals_eager("eager")
 
