@@ -39,6 +39,7 @@ class GenerateRequest:
     device: str
     dtype: str
     stage_timing: bool = False
+    compile: str = "none"  # EngineConfig.compile
 
 
 @dataclass(slots=True)
@@ -77,7 +78,7 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
                target.lm_head.weight.element_size(), free_memory(target.lm_head.weight.device))
     engine = build_engine(target, drafter, max_batch=len(prompts), max_context=max_context,
                           max_tree_nodes=max(spec.num_nodes, trained or 1),
-                          stage_timing=req.stage_timing)
+                          stage_timing=req.stage_timing, compile=req.compile)
     engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off allocation costs
     runs = {spec.method: engine.generate(prompts, sampling, spec)}
     if compare and spec.method != "none":

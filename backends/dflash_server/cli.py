@@ -36,6 +36,9 @@ TopK = Annotated[int, option("speculative_ddtree_topk",
 MaxDepth = Annotated[int, option("speculative_ddtree_max_depth",
                                  "DDTree max depth (0 = block - 1).")]
 Spine = Annotated[bool, typer.Option(help="DDTree: greedy chain first.")]
+Compile = Annotated[str, typer.Option(help=(
+    "Verify forward through torch.compile: none (eager), inductor, or eager (Dynamo trace "
+    "only). Its warm-up is the first rounds of each shape."))]
 
 
 def serve(
@@ -59,7 +62,8 @@ def serve(
         served_model_name: str | None = None, seed: int = 0,
         log_level: Annotated[LogLevel, typer.Option(
             help="uvicorn's log level; info adds the access log. The line saying where the "
-                 "server listens is printed at every level.")] = LogLevel.warning) -> None:
+                 "server listens is printed at every level.")] = LogLevel.warning,
+        compile: Compile = "none") -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
 
@@ -74,7 +78,7 @@ def serve(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
         speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
         max_context, graphs, host, port, device, dtype, served_model_name, seed,
-        log_level.value))
+        log_level.value, compile=compile))
 
 
 def main() -> None:

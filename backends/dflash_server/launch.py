@@ -36,6 +36,7 @@ class ServeOptions:
     served_model_name: str | None = None
     seed: int = 0
     log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
+    compile: str = "none"  # EngineConfig.compile
 
 
 def build(options: ServeOptions):
@@ -52,7 +53,7 @@ def build(options: ServeOptions):
     spec = to_spec(options, drafter.config.block_size if drafter else None, options.spine)
     engine = build_engine(target, drafter, max_batch=options.max_running_requests,
                           max_context=options.max_context, max_tree_nodes=spec.num_nodes,
-                          batch_buckets=tuple(options.cuda_graph_bs))
+                          batch_buckets=tuple(options.cuda_graph_bs), compile=options.compile)
     tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
     if options.cuda_graph_bs and not engine.config.cuda_graphs:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 # "round": a whole round replayed as a CUDA graph (its stages cannot be timed apart).
-STAGES = ("prefill", "draft", "build", "verify", "commit", "round")
+STAGES = ("prefill", "draft", "build", "verify", "accept", "commit", "round")
 
 
 @dataclass(slots=True)
