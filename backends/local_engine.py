@@ -41,6 +41,7 @@ class GenerateRequest:
     stage_timing: bool = False
     tp_size: int = 1  # ranks (processes) the target is split over; LaunchParams' names
     ep_size: int = 1  # expert groups among them (must divide tp_size)
+    compile: str = "none"  # EngineConfig.compile
 
 
 @dataclass(slots=True)
@@ -86,7 +87,7 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
                target.lm_head.weight.element_size(), free_memory(target.lm_head.weight.device))
     options = dict(max_batch=len(prompts), max_context=max_context,
                    max_tree_nodes=max(spec.num_nodes, trained or 1),
-                   stage_timing=req.stage_timing)
+                   stage_timing=req.stage_timing, compile=req.compile)
     single = build_engine(target, drafter, **options) if req.tp_size == 1 or compare else None
     with _engine_for(req, single, options) as engine:
         engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off costs

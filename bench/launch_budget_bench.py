@@ -38,6 +38,7 @@ from tuner.launches.sla_search import search_limit  # noqa: E402
 from tuner.wiring import backend_from  # noqa: E402
 from tuner.wiring import deployment_from  # noqa: E402
 from tuner.wiring import space_context  # noqa: E402
+from tuner.wiring import truth_efficiency_from  # noqa: E402
 from tuner.wiring import workload_from  # noqa: E402
 
 # The node's hidden truth differs from the tuner's starting model (tuner.yaml's defaults): a
@@ -62,8 +63,6 @@ class Truth:
     """Noiseless goodput at the SLA: the Screen's exact search on the truth's constants."""
 
     def __init__(self, cfg: Config) -> None:
-        from backends.perf_model import Efficiency
-
         sim = cfg.backend.simulation
         dep = deployment_from(cfg)
         if sim.acceptance and dep.drafter:
@@ -74,7 +73,7 @@ class Truth:
         self.context = space_context(cfg)
         self.screen = Screen(dep, self.space, self.context, workload_from(cfg),
                              cfg.workload.limits, max(cfg.workload.concurrency),
-                             Efficiency(**sim.efficiency), samples=3000)
+                             truth_efficiency_from(cfg), samples=3000)
 
     def value(self, params: dict) -> float:
         p = self.screen.predict(params)

@@ -24,7 +24,7 @@ except ImportError:  # not installed: run from a checkout
 
 from backends.perf_model.calibrate import Comparison
 from backends.perf_model.constants import Efficiency
-from backends.perf_model.references import fit_reference
+from backends.perf_model.global_fit import fit_reference
 from backends.perf_model.references import load_reference
 
 TOLERANCE = 0.25

@@ -25,7 +25,7 @@ TRAINED_BLOCK = 8
 def ddtree_samples() -> list[dict]:
     space, rng = load_space("tiny_pair"), random.Random(0)
     context = {"gpus": 1, "drafter_block_size": TRAINED_BLOCK}
-    found = [space.sample(context, rng, {"speculative_algorithm": "ddtree"}) for _ in range(20)]
+    found = [space.sample(context, rng, {"speculative_algorithm": "ddtree"}) for _ in range(40)]
     return [p for p in found if not space.violations(p, context)]
 
 

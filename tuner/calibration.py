@@ -1,17 +1,108 @@
-"""``dflash-tune calibrate``: fit the model's constants and show how well they reproduce."""
+"""``dflash-tune calibrate``: fit the model's constants and show how well they reproduce.
+
+On a shipped reference (or a reference YAML), or on a study's own measured levels
+(``--study``), optionally holding out part of the study's launches to see how well a fit on the
+rest predicts them; ``--write`` stores the constants where ``run`` reads them.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from backends.perf_model.calibrate import Comparison, Observation, compare
 from backends.perf_model.constants import Efficiency
-from backends.perf_model.references import fit_reference
-from backends.perf_model.references import load_reference
+from backends.perf_model.global_fit import fit_reference
+from backends.perf_model.references import Reference, load_reference
+from backends.perf_model.references import model_predictor
 from tuner import render
+from tuner.config import Config
 
 
 def calibrate_reference(name: str) -> Efficiency:
     eff, comparisons = fit_reference(load_reference(name))
-    rows = [(c.name, c.observed, c.predicted, f"{c.ratio:.2f}") for c in comparisons]
-    render.table(f"model vs {name}", ["observation", "observed tok/s", "predicted", "ratio"], rows)
-    render.note("paste under `backend.efficiency` in tuner.yaml:")
-    render.emit("".join(f"{k}: {v:.4g}\n" for k, v in eff.as_dict().items()))
+    _show(f"model vs {name}", comparisons)
+    _emit(eff)
     return eff
+
+
+def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
+    """Fit on the study's measured levels (every launch, or all but the held-out share of its
+    trials, every ``1/holdout``-th by trial number) and compare."""
+    eff, result, fitted, held = fit_study(cfg, holdout)
+    _show(f"model vs study {cfg.study.name} (fitted levels)", fitted)
+    if held:
+        _show(f"held-out launches ({len(held)} levels, not fitted)", held)
+    for i in result.identified:
+        render.note(f"{i.key}: {i.value:.4g} ({i.status})",
+                    "yellow" if i.at_bound else "")
+    _emit(eff)
+    return eff
+
+
+def fit_study(cfg: Config, holdout: float = 0.0):
+    """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones)."""
+    from backends.perf_model.global_fit import fit_sources
+    from tuner.wiring import deployment_from, efficiency_from, workload_from
+
+    fit_obs, held = _study_observations(cfg, holdout)
+    if not fit_obs:
+        raise ValueError(f"study {cfg.study.name!r} has no successful measured level to fit")
+    dep, workload = deployment_from(cfg), workload_from(cfg)
+    result = fit_sources([Reference(dep, workload, tuple(fit_obs), name=cfg.study.name)])
+    eff = result.efficiency(dep.gpu, fallback=efficiency_from(cfg))
+    predict = model_predictor(dep)
+    return (eff, result, compare(predict, eff, fit_obs, workload),
+            compare(predict, eff, held, workload))
+
+
+def _study_observations(cfg: Config, holdout: float) -> tuple[list[Observation],
+                                                               list[Observation]]:
+    from tuner import records
+    from tuner.best import open_records
+
+    db, _ = open_records(cfg.study.storage, cfg.study.name)
+    trials = [t for t in records.load_trials(db, cfg.study.name)
+              if t.ok and t.measured and t.launch is not None]
+    every = round(1 / holdout) if holdout > 0 else 0
+    fit_obs, held = [], []
+    for i, t in enumerate(trials):
+        target = held if every and i % every == every - 1 else fit_obs
+        for level, row in sorted(t.measurements.items()):
+            if row.get("failure") is None and (row.get("output_tok_s") or 0) > 0:
+                target.append(Observation(f"trial {t.trial_number} c{level}", t.launch, level,
+                                          float(row["output_tok_s"])))
+    return fit_obs, held
+
+
+def write_efficiency(path: Path, eff: Efficiency) -> None:
+    """Put ``eff`` under ``backend.efficiency`` in a tuner.yaml, leaving every other line (and
+    its comments) as it is; a file without a backend section gets one."""
+    block = ["  efficiency:"] + [f"    {k}: {v:.6g}" for k, v in eff.as_dict().items()]
+    lines = path.read_text().splitlines() if path.is_file() else []
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == "backend:"), None)
+    if start is None:
+        lines += ["backend:", *block]
+    else:
+        end = next((i for i in range(start + 1, len(lines))
+                    if lines[i] and not lines[i].startswith(" ")), len(lines))
+        old = next((i for i in range(start + 1, end)
+                    if lines[i].lstrip().startswith("efficiency:")
+                    and lines[i].startswith("  ") and not lines[i].startswith("   ")), None)
+        if old is None:
+            lines[start + 1:start + 1] = block
+        else:
+            stop = next((i for i in range(old + 1, end)
+                         if not lines[i].startswith("    ")), end)
+            lines[old:stop] = block
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _show(title: str, rows: list[Comparison]) -> None:
+    table = [(c.name, c.metric, f"{c.observed:.4g}", f"{c.predicted:.4g}", f"{c.ratio:.2f}")
+             for c in rows]
+    render.table(title, ["observation", "metric", "observed", "predicted", "ratio"], table)
+
+
+def _emit(eff: Efficiency) -> None:
+    render.note("paste under `backend.efficiency` in tuner.yaml (or use --write):")
+    render.emit("".join(f"{k}: {v:.4g}\n" for k, v in eff.as_dict().items()))

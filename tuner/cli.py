@@ -248,11 +248,72 @@ def dashboard(config: ConfigOpt = None, study: StudyOpt = None, storage: Storage
 
 @app.command()
 def calibrate(reference: Annotated[str, typer.Option(
-        help="Shipped reference name or a reference YAML file.")] = "pcie8_kimi_sglang") -> None:
+        help="Shipped reference name or a reference YAML file.")] = "pcie8_kimi_sglang",
+              study: Annotated[str | None, typer.Option(
+                  "--study", help="Fit on this study's own measured levels instead.")] = None,
+              holdout: Annotated[float, typer.Option(
+                  min=0.0, max=0.5, help="With --study: share of its launches left out of the "
+                  "fit and predicted (0.5: every other one).")] = 0.0,
+              write: Annotated[bool, typer.Option(
+                  "--write", help="Store the fitted constants under backend.efficiency in the "
+                  "config file, where `run` reads them.")] = False,
+              config: ConfigOpt = None, storage: StorageOpt = None) -> None:
     """Fit the performance model's efficiency constants to measured numbers."""
-    from tuner.calibration import calibrate_reference
+    from tuner.calibration import calibrate_reference, calibrate_study, write_efficiency
 
-    calibrate_reference(reference)
+    if study is None:
+        eff = calibrate_reference(reference)
+    else:
+        cfg = _config(config, **{"study.storage": storage, "study.name": study})
+        eff = calibrate_study(cfg, holdout)
+    if write:
+        path = config or Path("tuner.yaml")
+        write_efficiency(path, eff)
+        render.note(f"wrote backend.efficiency to {path}")
+
+
+class Method(str, Enum):
+    none = "none"
+    dflash = "dflash"
+    ddtree = "ddtree"
+
+
+class TableOrJson(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command()
+def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalog.")],
+             model: Annotated[str, typer.Option(help="Catalog model or a config.json path.")],
+             input_len: Annotated[int, typer.Option(min=1)],
+             output_len: Annotated[int, typer.Option(min=1)],
+             concurrency: Annotated[str, typer.Option(help="Levels, e.g. 1,4,8,16,32.")],
+             gpus: Annotated[int, typer.Option(min=1)] = 1,
+             tp: Annotated[int, typer.Option(min=1)] = 1,
+             ep: Annotated[int, typer.Option(min=1)] = 1,
+             method: Annotated[Method, typer.Option()] = Method.none,
+             block_size: Annotated[int, typer.Option(min=2)] = 16,
+             budget: Annotated[int | None, typer.Option(
+                 help="DDTree node budget (default: twice the block size).")] = None,
+             acceptance_length: Annotated[float, typer.Option(
+                 help="Mean accepted tokens a round, bonus included.")] = 8.0,
+             drafter_layers: Annotated[int, typer.Option(min=1)] = 5,
+             cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs")] = True,
+             fmt: Annotated[TableOrJson, typer.Option("--format")] = TableOrJson.table) -> None:
+    """What the performance model predicts for one configuration, without a study or a GPU."""
+    import json
+
+    from tuner.estimate import EstimateRequest, as_json, estimate as run_estimate, show
+
+    levels = tuple(sorted({int(c) for c in concurrency.split(",") if c.strip()}))
+    req = EstimateRequest(gpu, gpus, model, tp, ep, method.value, block_size, budget,
+                          acceptance_length, drafter_layers, input_len, output_len, levels,
+                          cuda_graphs)
+    rows = run_estimate(req)
+    show(req, rows)
+    if fmt is TableOrJson.json:
+        render.emit(json.dumps(as_json(req, rows), indent=2))
 
 
 # The engine's commands live in their own module (they share nothing with the study ones).

@@ -170,14 +170,10 @@ class BackendConfig(_Section):
     # cpu: the engine's CPU build (vLLM's: no CUDA graphs, KV cache sized by kv_cache_gib).
     device: Literal["cuda", "cpu"] = "cuda"
     kv_cache_gib: float | None = Field(None, gt=0)
-    # The model backend's fitted constants (see `dflash-tune calibrate`); fitted on the
-    # reference node's numbers.
-    efficiency: dict[str, float] = {
-        "bandwidth_efficiency": 0.608,
-        "collective_latency_us": 48.6,
-        "launch_overhead_us": 40.8,
-        "matmul_fixed_us": 0.255,
-    }
+    # The model backend's constants (names: backends/perf_model/constants.py Efficiency), over
+    # the shipped global fit for this GPU (backends/perf_model/fitted.yaml); `dflash-tune
+    # calibrate --study NAME --write` stores a study's own fit here.
+    efficiency: dict[str, float] = {}
     simulation: SimulationConfig = SimulationConfig()
 
 

@@ -18,6 +18,7 @@ import typer
 from backends.dflash_server.cli import Algorithm
 from backends.dflash_server.cli import BlockSize
 from backends.dflash_server.cli import Budget
+from backends.dflash_server.cli import Compile
 from backends.dflash_server.cli import Drafter
 from backends.dflash_server.cli import EpSize
 from backends.dflash_server.cli import MaxDepth
@@ -49,7 +50,7 @@ def generate(
             help="Also run plain decoding: speedup and token match in one run.")] = False,
         stages: Annotated[bool, typer.Option(
             help="Time each stage of a round (a device sync per stage on a GPU).")] = False,
-        tp_size: TpSize = 1, ep_size: EpSize = 1,
+        tp_size: TpSize = 1, ep_size: EpSize = 1, compile: Compile = "none",
 ) -> None:
     """Generate with the dflash_core engine and show tokens/s and the acceptance histogram."""
     from backends.local_engine import GenerateRequest, run_generate
@@ -61,7 +62,7 @@ def generate(
                           speculative_ddtree_topk, speculative_ddtree_max_depth, spine,
                           dict(temperature=temperature, top_k=top_k, top_p=top_p,
                                max_tokens=max_tokens, seed=seed), device, dtype, stages,
-                          tp_size, ep_size)
+                          tp_size, ep_size, compile)
     report = run_generate(req, compare)
     _generate_tables(report)
     for text in report.texts:

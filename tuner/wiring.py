@@ -50,22 +50,32 @@ def backend_from(cfg: Config) -> Backend:
     if cfg.backend.name in ("model", "simulated"):
         options["efficiency"] = efficiency_from(cfg)
     if cfg.backend.name == "simulated":
-        from backends.perf_model import Efficiency
         from backends.simulated import Simulation
 
         sim = cfg.backend.simulation
         options["simulation"] = Simulation(
             noise=sim.noise, launch_s=sim.launch_s, reference_requests=sim.reference_requests,
             launch_share=sim.launch_share, real_time=sim.real_time, seed=sim.seed)
-        options["truth_efficiency"] = sim.efficiency and Efficiency(**sim.efficiency)
+        options["truth_efficiency"] = sim.efficiency and truth_efficiency_from(cfg)
         options["truth_acceptance"] = sim.acceptance
     return get_backend(cfg.backend.name, deployment_from(cfg), **options)
 
 
 def efficiency_from(cfg: Config):
+    """The shipped constants for the configured GPU, with what the config sets over them."""
+    from backends.perf_model import Efficiency
+    from backends.perf_model.shipped import default_efficiency
+
+    base = default_efficiency(cfg.hardware.gpu).as_dict()
+    return Efficiency(**{**base, **cfg.backend.efficiency})
+
+
+def truth_efficiency_from(cfg: Config):
+    """The simulated node's hidden constants: the tuner's model with what
+    ``backend.simulation.efficiency`` names over it (the truth differs in those, not the rest)."""
     from backends.perf_model import Efficiency
 
-    return Efficiency(**cfg.backend.efficiency)
+    return Efficiency(**{**efficiency_from(cfg).as_dict(), **cfg.backend.simulation.efficiency})
 
 
 def space_from(cfg: Config):

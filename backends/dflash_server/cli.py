@@ -41,6 +41,9 @@ TpSize = Annotated[int, option("tp_size", "Ranks (processes) the target is split
                                           "attention heads, MLPs, vocabulary.", "--tp")]
 EpSize = Annotated[int, option("ep_size", "Expert groups among the tp ranks (divides tp): "
                                           "routed experts split over them.", "--ep")]
+Compile = Annotated[str, typer.Option(help=(
+    "Verify forward through torch.compile: none (eager), inductor, or eager (Dynamo trace "
+    "only). Its warm-up is the first rounds of each shape."))]
 
 
 def serve(
@@ -65,7 +68,8 @@ def serve(
         tp_size: TpSize = 1, ep_size: EpSize = 1,
         log_level: Annotated[LogLevel, typer.Option(
             help="uvicorn's log level; info adds the access log. The line saying where the "
-                 "server listens is printed at every level.")] = LogLevel.warning) -> None:
+                 "server listens is printed at every level.")] = LogLevel.warning,
+        compile: Compile = "none") -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
 
@@ -80,7 +84,7 @@ def serve(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
         speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
         max_context, graphs, host, port, device, dtype, served_model_name, seed,
-        log_level.value, tp_size, ep_size))
+        log_level.value, tp_size, ep_size, compile))
 
 
 def main() -> None:

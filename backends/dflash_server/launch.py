@@ -38,6 +38,7 @@ class ServeOptions:
     log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
     tp_size: int = 1  # ranks (processes) the target is split over (LaunchParams' names)
     ep_size: int = 1  # expert groups among them
+    compile: str = "none"  # EngineConfig.compile
 
 
 def build(options: ServeOptions, ranks_out: list | None = None):
@@ -86,7 +87,8 @@ def _engine(options: ServeOptions, ranks_out: list):
             if options.drafter else None
     spec = to_spec(options, drafter_cfg.block_size if drafter_cfg else None, options.spine)
     limits = dict(max_batch=options.max_running_requests, max_context=options.max_context,
-                  max_tree_nodes=spec.num_nodes, batch_buckets=tuple(options.cuda_graph_bs))
+                  max_tree_nodes=spec.num_nodes, batch_buckets=tuple(options.cuda_graph_bs),
+                  compile=options.compile)
     if options.tp_size == 1:
         return target_cfg, drafter_cfg, build_engine(target, drafter, **limits)
     from dflash_core.parallel.layout import Layout

@@ -74,3 +74,19 @@ def _tree(profile: AcceptanceProfile, budget: int, topk: int, max_depth: int) ->
     hist = tuple(reach[d] - (reach[d + 1] if d < max_depth else 0.0)
                  for d in range(max_depth + 1))
     return Acceptance(mean=sum(reach), hist=hist)
+
+
+def profile_for_length(acceptance_length: float, block_size: int,
+                       rank_decay: float = 0.6) -> AcceptanceProfile:
+    """The constant per-position profile whose block-``block_size`` chain accepts
+    ``acceptance_length`` tokens a round on average (bonus token included), as engines report
+    it ("accept length"). Bisection: the chain's mean grows monotonically with the top-1 rate."""
+    if not 1.0 <= acceptance_length <= block_size:
+        raise ValueError(f"acceptance length {acceptance_length} must lie in [1, block size "
+                         f"{block_size}]")
+    low, high = 0.0, 1.0
+    for _ in range(50):
+        mid = (low + high) / 2
+        mean = chain_acceptance(AcceptanceProfile((mid,), rank_decay), block_size).mean
+        low, high = (mid, high) if mean < acceptance_length else (low, mid)
+    return AcceptanceProfile((round((low + high) / 2, 6),), rank_decay)

@@ -14,6 +14,7 @@ from backends.launch_params import InvalidParams, LaunchParams
 from backends.perf_model.acceptance import AcceptanceProfile, chain_acceptance, tree_acceptance
 from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.shipped import default_efficiency
 from backends.perf_model.memory import plan_memory
 from backends.perf_model.predict import Setup, predict
 from backends.perf_model.step import Node
@@ -29,7 +30,7 @@ class PerfModelBackend(Backend):
     def __init__(self, deployment: Deployment, efficiency: Efficiency | None = None) -> None:
         self.deployment = deployment
         hw = load_hardware(deployment.gpu)
-        self.node = Node(hw, efficiency or Efficiency(collective_latency_us=hw.collective_latency_us))
+        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu))
         self.model = load_model(deployment.model)
         spec = deployment.drafter
         self.drafter = spec and drafter_arch(

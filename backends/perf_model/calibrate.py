@@ -1,9 +1,11 @@
-"""Fit the four efficiency constants to measured throughput.
+"""Observations of a node and the fit of the efficiency constants to them.
 
-Observations come from a reference file (the user's numbers) or from measurements stored by real
-backends. The fit minimises the squared log error of predicted vs observed output tok/s by
-coordinate search in log space: deterministic, dependency-free, and fast for a handful of
-constants.
+An observation is one published or measured number of one configuration: output tok/s at a
+level (or the best over the workload's levels, ``peak``), a speedup over a baseline
+configuration, or a latency. The fit minimises the squared log error of the fitted metrics
+(throughput and speedups); latencies are compared, not fitted. Two fits share this module:
+``fit`` (one node, a coordinate search the launch-aware screen runs every round) and the
+bounded global fit of ``backends.perf_model.global_fit`` over many nodes.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from dataclasses import dataclass
 
 from backends.contract import Workload
 from backends.launch_params import LaunchParams
-from backends.perf_model.constants import Efficiency
+from backends.perf_model.constants import BOUNDS, Efficiency
 
 PEAK = "peak"
+SPEEDUP = "speedup"
+FITTED_METRICS = ("output_tok_s", SPEEDUP)
+METRICS = (*FITTED_METRICS, "tpot_p50_ms", "ttft_p50_ms")
 
 
 @dataclass(slots=True, frozen=True)
@@ -24,7 +29,13 @@ class Observation:
     name: str
     launch: LaunchParams
     at: int | str  # a concurrency level, or "peak" (best over the workload's levels)
-    output_tok_s: float
+    value: float  # of ``metric``
+    metric: str = "output_tok_s"
+    baseline: LaunchParams | None = None  # a speedup's denominator, at the same level
+
+    @property
+    def fitted(self) -> bool:
+        return self.metric in FITTED_METRICS
 
 
 @dataclass(slots=True, frozen=True)
@@ -32,29 +43,40 @@ class Comparison:
     name: str
     observed: float
     predicted: float
+    metric: str = "output_tok_s"
 
     @property
     def ratio(self) -> float:
         return self.predicted / self.observed if self.observed else math.inf
 
+    @property
+    def fitted(self) -> bool:
+        return self.metric in FITTED_METRICS
 
-# Builds a backend for some constants and returns predicted tok/s for one observation.
+
+# Builds a backend for some constants and returns the predicted metric for one observation.
 Predictor = Callable[[Efficiency, Observation, Workload], float]
 
 
 def compare(predict: Predictor, eff: Efficiency, observations: Sequence[Observation],
             workload: Workload) -> list[Comparison]:
-    return [Comparison(o.name, o.output_tok_s, predict(eff, o, workload)) for o in observations]
+    return [Comparison(o.name, o.value, predict(eff, o, workload), o.metric)
+            for o in observations]
 
 
 def fit(predict: Predictor, observations: Sequence[Observation], workload: Workload,
-        start: Efficiency, rounds: int = 60) -> Efficiency:
-    """Coordinate search: try scaling each constant up/down, keep improvements, then refine."""
+        start: Efficiency, rounds: int = 60,
+        names: Sequence[str] = ("bandwidth_efficiency", "collective_latency_us",
+                                "launch_overhead_us", "matmul_fixed_us")) -> Efficiency:
+    """Coordinate search over ``names`` inside BOUNDS: try scaling each constant up/down, keep
+    improvements, then refine. Cheap and deterministic; a local search (the global fit is the
+    one to trust for shipped constants)."""
+    observations = [o for o in observations if o.fitted]
     best, best_loss = start, _loss(compare(predict, start, observations, workload))
     step = 2.0
     for _ in range(rounds):
         improved = False
-        for name in Efficiency.names():
+        for name in names:
             for factor in (step, 1.0 / step):
                 candidate = _scaled(best, name, factor)
                 if candidate is None:
@@ -71,10 +93,11 @@ def fit(predict: Predictor, observations: Sequence[Observation], workload: Workl
 
 def _scaled(eff: Efficiency, name: str, factor: float) -> Efficiency | None:
     value = getattr(eff, name) * factor
-    if name == "bandwidth_efficiency" and value > 1.0:
+    low, high = BOUNDS[name]
+    if not low <= value <= high:
         return None
     return eff.with_values(**{name: value})
 
 
 def _loss(rows: Sequence[Comparison]) -> float:
-    return sum(math.log(max(r.ratio, 1e-9)) ** 2 for r in rows)
+    return sum(math.log(max(r.ratio, 1e-9)) ** 2 for r in rows if r.fitted)

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from backends.perf_model.constants import fit_classes
+
 _HERE = Path(__file__).parent
 BF16_BYTES = 2
 
@@ -31,6 +33,11 @@ class Hardware:
     interconnect: str
     link_gbs: float
     collective_latency_us: float
+    memory: str = "hbm3e"  # memory kind: its achieved bandwidth efficiency is fitted per kind
+
+    @property
+    def classes(self) -> dict[str, str]:
+        return fit_classes(self.memory, self.interconnect)
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,6 +60,9 @@ class ModelArch:
     kv_heads: int  # 0 for MLA: its latent is shared by all heads, so TP replicates it
     attn_flops_per_token_ctx_layer: int  # score + value FLOPs per (token, context token, layer)
     tied_embeddings: bool = False  # the LM head is the embedding table (small Qwen3s)
+    # Bits a non-expert linear weight costs (attention, dense and shared MLPs): 16 for bf16, 8
+    # for FP8 checkpoints (DeepSeek-V3, Kimi-K2-Instruct), whose embedding and LM head stay bf16.
+    dense_weight_bits: float = 16
 
     @property
     def num_moe_layers(self) -> int:
@@ -63,12 +73,22 @@ class ModelArch:
         return self.num_experts > 0
 
     @property
-    def bf16_params(self) -> int:
+    def dense_params(self) -> int:
         """Everything that is not a routed expert: attention, dense/shared MLPs, LM head."""
+        return self.linear_params + self.vocab * self.hidden
+
+    @property
+    def linear_params(self) -> int:
+        """Non-expert linear weights, the LM head excluded (those ``dense_weight_bits`` cover)."""
         return (self.num_layers * self.attn_params_per_layer
                 + self.num_dense_layers * self.dense_mlp_params
-                + self.num_moe_layers * self.shared_expert_params
-                + self.vocab * self.hidden)
+                + self.num_moe_layers * self.shared_expert_params)
+
+    @property
+    def dense_bytes(self) -> float:
+        """Bytes a forward streams for the non-expert weights (the LM head in bf16)."""
+        return (self.linear_params * self.dense_weight_bits / 8
+                + self.vocab * self.hidden * BF16_BYTES)
 
     @property
     def expert_bytes(self) -> float:
@@ -79,7 +99,7 @@ class ModelArch:
         """Bytes resident in GPU memory (embedding table included, once if tied)."""
         routed = self.num_moe_layers * self.num_experts * self.expert_bytes
         embedding = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return (self.bf16_params + embedding) * BF16_BYTES + routed
+        return self.dense_bytes + embedding * BF16_BYTES + routed
 
 
 @dataclass(slots=True, frozen=True)
@@ -162,10 +182,12 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         num_experts=experts, top_k=c.get("num_experts_per_tok", 0) if experts else 0,
         expert_params=3 * hidden * moe_inter,
         shared_expert_params=3 * hidden * moe_inter * c.get("n_shared_experts", 0),
-        expert_weight_bits=c.get("expert_weight_bits") or _quantized_bits(c) or 16,
+        expert_weight_bits=(c.get("expert_weight_bits") or _quantized_bits(c) or _fp8_dense_bits(c)
+                            or 16),
         kv_bytes_per_token_layer=kv_bytes, kv_heads=kv_heads,
         attn_flops_per_token_ctx_layer=attn_flops,
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        dense_weight_bits=c.get("dense_weight_bits") or _fp8_dense_bits(c) or 16,
     )
 
 
@@ -180,6 +202,13 @@ def _quantized_bits(c: dict[str, Any]) -> float | None:
             size = weights.get("group_size")
             return weights["num_bits"] + (16 / size if size else 0)
     return None
+
+
+def _fp8_dense_bits(c: dict[str, Any]) -> float | None:
+    """An FP8 checkpoint (``quant_method: fp8``, DeepSeek-V3 style) stores every linear weight,
+    experts included, in 8 bits; embedding and LM head stay bf16."""
+    quant = c.get("quantization_config") or {}
+    return 8.0 if quant.get("quant_method") == "fp8" else None
 
 
 def _attention(c: dict[str, Any], hidden: int) -> tuple[int, int, int, int]:

@@ -1,7 +1,10 @@
 """The performance model's efficiency constants: the only numbers fitted to measurements.
 
 Everything else in the model is a catalog fact (bandwidth, FLOP/s, link speed, parameter counts)
-or a fixed, documented assumption (below). Four constants, each one physical effect.
+or a fixed, documented assumption (below). Each fitted constant is one physical effect with
+declared physical bounds (``BOUNDS``); a fit that lands on a bound is reported, not trusted.
+Which constants may differ between nodes is the hardware class (``fit_classes``): bandwidth
+efficiency belongs to the memory kind, collective latency to the interconnect kind.
 """
 
 from __future__ import annotations
@@ -11,35 +14,65 @@ from dataclasses import fields
 from dataclasses import replace
 
 # Fixed assumptions (not fitted).
-COMPUTE_EFFICIENCY = 0.7  # achieved / datasheet dense tensor throughput on large GEMMs
 KERNELS_PER_LAYER = 15  # eager launches per transformer layer (norms, GEMMs, attention, collectives)
 KERNELS_PER_FORWARD = 20  # embedding, LM head, sampling, metadata copies
 TREE_BUILD_KERNELS = 30  # DDTree on-device best-first build
-GRAPH_REPLAY_LAUNCHES = 16  # a graph replay plus per-step scheduler work, in eager-launch units
+# A graph replay still costs the scheduler's per-step Python (batch metadata, sampling, output
+# bookkeeping), which engines' profiles show as ~0.5-1 ms a step: 16 eager-launch units.
+GRAPH_REPLAY_LAUNCHES = 16
+# Launches overlap the GPU only up to the step's one synchronisation: at least this share of the
+# host time (scheduling before the first launch, output processing after the sync) is exposed.
+EXPOSED_HOST_FLOOR = 0.3
 MATMULS_PER_ATTENTION = 4  # weight matrices an attention block reads (fused where engines fuse)
 RUNTIME_RESERVE_GIB = 2.0  # CUDA context, NCCL buffers, allocator slack outside the static pool
 CHUNKED_PREFILL_TOKENS = 8192  # engines' default prefill chunk; sizes the activation workspace
+# Rows at which a tensor-core GEMM reaches half its large-shape efficiency: below a 128-row tile
+# the tile is mostly padding, and few tiles cannot fill every SM (wave quantisation). The
+# saturating form rows / (rows + GEMM_HALF_ROWS) is the simplest curve with both limits.
+GEMM_HALF_ROWS = 64
+
+# Physical bounds of each fitted constant (the fit may not leave them).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "bandwidth_efficiency": (0.3, 0.95),  # streaming kernels reach 60-90% of datasheet
+    "collective_latency_us": (2.0, 150.0),  # NVLink all-reduce ~5-20 us, PCIe ~20-100 us
+    "launch_overhead_us": (3.0, 80.0),  # a CUDA launch is ~3-5 us; Python dispatch adds more
+    "matmul_fixed_us": (0.05, 5.0),  # a kernel's tail and prologue, a few us at most
+    "compute_efficiency": (0.2, 0.9),  # large bf16 GEMMs reach 60-80% of datasheet
+    "spec_round_us": (0.0, 3000.0),  # verify bookkeeping, accept, KV commit, drafter launches
+    "spec_request_us": (0.0, 300.0),  # the same work per running request (accept walk, KV slots)
+}
 
 
 @dataclass(slots=True, frozen=True)
 class Efficiency:
-    """Fitted constants. Defaults are a neutral start; ``calibrate`` refits them."""
+    """Fitted constants of one node. Defaults are a neutral start; ``calibrate`` refits them."""
 
     # Achieved fraction of datasheet memory bandwidth when streaming weights and KV.
     bandwidth_efficiency: float = 0.6
-    # Fixed cost of one collective (all-reduce / all-gather) across the TP group, microseconds.
+    # Fixed cost of one collective (all-reduce / all-gather / all-to-all) across a group, us.
     collective_latency_us: float = 30.0
     # Host time per kernel launch when running eagerly (Python + launch), microseconds.
     launch_overhead_us: float = 25.0
     # Fixed cost of each weight matrix a GPU reads in a step (kernel tail, tile quantisation), us.
     matmul_fixed_us: float = 0.5
+    # Achieved / datasheet dense tensor throughput on large GEMMs (small ones get less, see
+    # GEMM_HALF_ROWS).
+    compute_efficiency: float = 0.7
+    # Fixed serial cost of one speculative round beyond the drafter's and verifier's bytes and
+    # FLOPs: the accept walk, KV commit / rollback, the drafter's own launch sequence and the
+    # extra host-device synchronisation (us, per round, whatever the batch).
+    spec_round_us: float = 0.0
+    # The part of that work done per running request each round (its accept walk, its KV slots
+    # committed or rolled back, its output tokens appended): us per request per round.
+    spec_request_us: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if getattr(self, f.name) <= 0:
+            value = getattr(self, f.name)
+            if value < 0 or (value == 0 and not f.name.startswith("spec_")):
                 raise ValueError(f"{f.name} must be > 0")
-        if self.bandwidth_efficiency > 1:
-            raise ValueError("bandwidth_efficiency must be <= 1")
+        if self.bandwidth_efficiency > 1 or self.compute_efficiency > 1:
+            raise ValueError("bandwidth_efficiency and compute_efficiency must be <= 1")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -50,3 +83,16 @@ class Efficiency:
 
     def as_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in self.names()}
+
+
+def fit_classes(memory: str, interconnect: str) -> dict[str, str]:
+    """The hardware class each constant is shared within: a global fit keeps one value per
+    class, so PCIe's collective latency is never used on NVLink, nor GDDR7's efficiency on HBM.
+    Host-side constants (launches, per-round cost) belong to the engine, shared by all."""
+    return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
+            "launch_overhead_us": "host", "matmul_fixed_us": "gpu",
+            "compute_efficiency": "gpu", "spec_round_us": "host", "spec_request_us": "host"}
+
+
+def _link_family(interconnect: str) -> str:
+    return "nvlink" if interconnect.startswith("nvlink") else interconnect

@@ -61,12 +61,18 @@ def plan_memory(m: ModelArch, d: DrafterArch | None, lp: LaunchParams, memory_gi
 def _target_weights_gib(m: ModelArch, lp: LaunchParams) -> float:
     tp = lp.tp_size
     routed = m.num_moe_layers * m.num_experts * m.expert_bytes
-    bf16 = m.weight_bytes - routed
-    # Attention-DP replicates the BF16 non-expert weights (attention, dense and shared MLPs,
+    dense = m.weight_bytes - routed
+    # Attention-DP replicates the non-expert weights (attention, dense and shared MLPs,
     # embedding, LM head) on every rank of the TP group: ~22 GiB for Kimi K2.6
     # (REFERENCE_NUMBERS.md), which is why attention-DP8 does not fit on 96 GB cards.
-    bf16_share = bf16 if lp.enable_dp_attention else bf16 / tp
-    return (bf16_share + routed / tp) / GIB
+    dense_share = dense if lp.enable_dp_attention else dense / tp
+    return (dense_share + routed / tp) / GIB
+
+
+def kv_capacity_tokens(m: ModelArch, d: DrafterArch | None, lp: LaunchParams,
+                       kv_pool_gib: float) -> float:
+    """Tokens a KV pool of ``kv_pool_gib`` per GPU holds (what engines log at start-up)."""
+    return kv_pool_gib * GIB / _kv_bytes_per_token_gpu(m, d, lp)
 
 
 def _kv_bytes_per_token_gpu(m: ModelArch, d: DrafterArch | None, lp: LaunchParams) -> float:
@@ -88,7 +94,10 @@ def _workspace_gib(m: ModelArch, lp: LaunchParams) -> float:
     """Runtime reserve plus activations of the largest forward (prefill chunk or graph)."""
     graph_tokens = max(lp.capture_batch_sizes, default=0) * lp.verify_tokens
     tokens = max(C.CHUNKED_PREFILL_TOKENS, graph_tokens)
-    # Logits in fp32 over the vocab shard, plus ~32 hidden-sized activation buffers a token.
+    # Logits in fp32 over the vocab shard, plus ~32 hidden-sized activation buffers a token
+    # (residual, norms, q/k/v, attention output, gate/up at 3x hidden and their product, in
+    # bf16 with the allocator's double buffering: an upper estimate, not a profile).
     per_token = m.vocab * 4 / lp.tp_size + 32 * m.hidden * BF16_BYTES
-    graphs = 0.5 if lp.capture_batch_sizes else 0.0  # private pool overhead of captured graphs
+    # Captured graphs' private memory pool: engines log 0.3-1 GiB for a full ladder.
+    graphs = 0.5 if lp.capture_batch_sizes else 0.0
     return C.RUNTIME_RESERVE_GIB + graphs + tokens * per_token / GIB

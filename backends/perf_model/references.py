@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +13,28 @@ from backends.deployment import Deployment, DrafterSpec
 from backends.flags import LaunchTarget
 from backends.launch_params import LaunchParams
 from backends.perf_model.backend import PerfModelBackend
-from backends.perf_model.calibrate import PEAK, Comparison, Observation, Predictor, compare, fit
-from backends.perf_model.catalog import load_hardware
+from backends.perf_model.acceptance import profile_for_length
+from backends.perf_model.calibrate import (
+    METRICS,
+    PEAK,
+    SPEEDUP,
+    Observation,
+    Predictor,
+)
 from backends.perf_model.constants import Efficiency
 
 _DIR = Path(__file__).parent / "references"
+VALIDATION_DIR = Path(__file__).parent / "validation"
+
+
+@dataclass(slots=True, frozen=True)
+class KvCheck:
+    """A KV capacity an engine logged: ``tokens`` fit in ``kv_pool_gib`` per GPU."""
+
+    name: str
+    launch: LaunchParams
+    kv_pool_gib: float
+    tokens: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -25,10 +42,25 @@ class Reference:
     deployment: Deployment
     workload: Workload
     observations: tuple[Observation, ...]
+    kv_checks: tuple[KvCheck, ...] = ()
+    source: str = ""  # where the numbers were read (validation sources cite it)
+    name: str = ""
+    group: str = ""  # files of one source (left out together); empty: the file is the source
+
+    @property
+    def source_group(self) -> str:
+        return self.group or self.name
 
 
 def reference_names() -> list[str]:
     return sorted(p.stem for p in _DIR.glob("*.yaml"))
+
+
+def validation_sources() -> list[Reference]:
+    """Every published source the model is validated on: the shipped references (the user's
+    node) and ``validation/*.yaml``, one file each."""
+    paths = sorted(_DIR.glob("*.yaml")) + sorted(VALIDATION_DIR.glob("*.yaml"))
+    return [load_reference(str(p)) for p in paths]
 
 
 def load_reference(name_or_path: str) -> Reference:
@@ -41,7 +73,7 @@ def load_reference(name_or_path: str) -> Reference:
         raise FileNotFoundError(f"no reference {name_or_path!r}; shipped: {reference_names()}")
     raw = _read_yaml(path)
     try:
-        return _parse(raw)
+        return replace(_parse(raw), name=path.stem)
     except KeyError as err:
         raise ValueError(f"{path}: missing key {err.args[0]!r} (format: docs/CALIBRATE.md)") \
             from None
@@ -73,12 +105,27 @@ def _parse(raw: dict[str, Any]) -> Reference:
     drafter = dep.pop("drafter", None)
     deployment = Deployment(
         **dep, target=LaunchTarget(model_path="/models/target", drafter_path="/models/drafter"),
-        drafter=drafter and DrafterSpec(**_tuples(drafter)))
+        drafter=drafter and _drafter(drafter))
     wl = raw["workload"]
     workload = Workload(wl["input_len"], wl["output_len"], tuple(wl["concurrency"]))
     defaults = raw.get("defaults") or {}
     observations = tuple(_observation(o, defaults, workload) for o in raw["observations"])
-    return Reference(deployment, workload, observations)
+    kv = tuple(KvCheck(k["name"], LaunchParams.from_params({**defaults, **(k.get("params") or {})}),
+                       float(k["kv_pool_gib"]), int(k["tokens"]))
+               for k in raw.get("kv_capacity") or ())
+    source = raw.get("source") or {}
+    return Reference(deployment, workload, observations, kv, str(source.get("cite", "")),
+                     group=str(source.get("group", "")))
+
+
+def _drafter(raw: dict[str, Any]) -> DrafterSpec:
+    """A drafter block; ``acceptance_length`` (the engines' mean accept length at the drafter's
+    block size) may stand in for a per-position ``acceptance`` profile."""
+    raw = dict(raw)
+    if "acceptance_length" in raw:
+        profile = profile_for_length(float(raw.pop("acceptance_length")), raw["block_size"])
+        raw["acceptance"] = profile.top1
+    return DrafterSpec(**_tuples(raw))
 
 
 def _observation(o: Any, defaults: dict[str, Any], workload: Workload) -> Observation:
@@ -89,31 +136,41 @@ def _observation(o: Any, defaults: dict[str, Any], workload: Workload) -> Observ
         raise ValueError(f"observation {o['name']!r}: at must be {PEAK!r} or one of the "
                          f"workload's concurrency levels {list(workload.concurrency)}, "
                          f"got {o['at']!r}")
+    metric = o.get("metric", "output_tok_s")
+    if metric not in METRICS:
+        raise ValueError(f"observation {o['name']!r}: metric must be one of {list(METRICS)}")
+    value = o["value"] if "value" in o else o["output_tok_s"]
     params = LaunchParams.from_params({**defaults, **(o.get("params") or {})})
-    return Observation(o["name"], params, o["at"], float(o["output_tok_s"]))
+    baseline = None
+    if metric == SPEEDUP:
+        baseline = LaunchParams.from_params({**defaults, **(o.get("baseline") or {})})
+    return Observation(o["name"], params, o["at"], float(value), metric, baseline)
 
 
 def model_predictor(deployment: Deployment) -> Predictor:
-    """Predicted output tok/s of an observation under given efficiency constants."""
+    """An observation's metric predicted under given efficiency constants."""
 
     def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
-        rows = PerfModelBackend(deployment, eff).measure(obs.launch, workload)
-        by_level = {m.concurrency: m.output_tok_s for m in rows if m.ok}
-        if not by_level:
-            return 0.0
-        return max(by_level.values()) if obs.at == PEAK else by_level.get(obs.at, 0.0)
+        backend = PerfModelBackend(deployment, eff)
+        value = _level_metric(backend, obs.launch, workload, obs.at, obs.metric)
+        if obs.baseline is None:
+            return value
+        base = _level_metric(backend, obs.baseline, workload, obs.at, "output_tok_s")
+        return value / base if base else 0.0
 
     return predict
 
 
-def fit_reference(ref: Reference) -> tuple[Efficiency, list[Comparison]]:
-    """Constants fitted to ``ref`` (from neutral values and the interconnect's latency) and how
-    each observation compares under them."""
-    predict = model_predictor(ref.deployment)
-    hw = load_hardware(ref.deployment.gpu)
-    start = Efficiency(collective_latency_us=hw.collective_latency_us)
-    eff = fit(predict, ref.observations, ref.workload, start)
-    return eff, compare(predict, eff, ref.observations, ref.workload)
+def _level_metric(backend: PerfModelBackend, launch: LaunchParams, workload: Workload,
+                  at: int | str, metric: str) -> float:
+    metric = "output_tok_s" if metric == SPEEDUP else metric
+    if at != PEAK:
+        workload = replace(workload, concurrency=(at,))
+    rows = [m for m in backend.measure(launch, workload) if m.ok]
+    if not rows:
+        return 0.0
+    best = max(rows, key=lambda m: m.output_tok_s)
+    return float(getattr(best, metric) or 0.0)
 
 
 def _tuples(raw: dict[str, Any]) -> dict[str, Any]:

@@ -31,12 +31,14 @@ class Node:
     def mem_ms(self, nbytes: float) -> float:
         return nbytes / (self.hw.bandwidth_gbs * 1e9 * self.eff.bandwidth_efficiency) * 1e3
 
-    def compute_ms(self, flops: float) -> float:
-        return flops / (self.hw.bf16_tflops * 1e12 * C.COMPUTE_EFFICIENCY) * 1e3
+    def compute_ms(self, flops: float, rows: float) -> float:
+        """Tensor work of GEMMs ``rows`` tall: small shapes reach less of the peak."""
+        shape = 1.0 if math.isinf(rows) else rows / (rows + C.GEMM_HALF_ROWS)
+        return flops / (self.hw.bf16_tflops * 1e12 * self.eff.compute_efficiency * shape) * 1e3
 
-    def linear_ms(self, nbytes: float, flops: float) -> float:
+    def linear_ms(self, nbytes: float, flops: float, rows: float) -> float:
         """Weight-streaming GEMMs: a roofline, bound by the weight stream or by tensor work."""
-        return max(self.mem_ms(nbytes), self.compute_ms(flops))
+        return max(self.mem_ms(nbytes), self.compute_ms(flops, rows))
 
     def collective_ms(self, nbytes: float, group: int, all_reduce: bool) -> float:
         """Ring collective over ``group`` GPUs: all-reduce moves twice an all-gather's bytes."""
@@ -44,6 +46,14 @@ class Node:
             return 0.0
         factor = 2.0 if all_reduce else 1.0
         wire = factor * (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
+        return self.eff.collective_latency_us / 1e3 + wire
+
+    def all_to_all_ms(self, nbytes: float, group: int) -> float:
+        """Expert dispatch (or combine) of ``nbytes`` a rank holds: (group-1)/group of it leaves
+        the rank, the same share arrives, over each GPU's own link."""
+        if group <= 1:
+            return 0.0
+        wire = (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
         return self.eff.collective_latency_us / 1e3 + wire
 
     def host_ms(self, launches: float) -> float:
@@ -93,12 +103,12 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     tokens = (padded_batch or batch) * tokens_per_req
     experts = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size) if m.is_moe else 0
     moe_tp = tp // lp.ep_size
-    # Attention-DP replicates the BF16 non-expert weights (as memory.py counts them), so each
+    # Attention-DP replicates the non-expert weights (as memory.py counts them), so each
     # rank streams all of them for its own requests.
-    bf16_bytes = m.bf16_params * BF16_BYTES / (1 if lp.enable_dp_attention else tp)
+    dense_bytes = m.dense_bytes / (1 if lp.enable_dp_attention else tp)
     expert_bytes = m.num_moe_layers * experts * m.expert_bytes / moe_tp
     linear_flops = 2.0 * tokens * _active_params(m) / tp
-    weights = node.linear_ms(bf16_bytes + expert_bytes, linear_flops)
+    weights = node.linear_ms(dense_bytes + expert_bytes, linear_flops, tokens)
     kv = _attention_ms(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
                        m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
     matrices = (m.num_layers * C.MATMULS_PER_ATTENTION + 2 * m.num_dense_layers
@@ -120,7 +130,7 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
     weight_bytes = (d.weight_bytes + lm_head * BF16_BYTES) / tp
     flops = 2.0 * (tokens * (d.num_layers * d.params_per_layer + lm_head)
                    + batch * committed_per_req * d.fc_params) / tp
-    weights = node.linear_ms(weight_bytes, flops)
+    weights = node.linear_ms(weight_bytes, flops, tokens)
     kv = _attention_ms(node, d.num_layers, d.kv_bytes_per_token_layer, d.kv_heads,
                        d.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
     matrices = d.num_layers * (C.MATMULS_PER_ATTENTION + 2) + 2
@@ -135,7 +145,7 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
 
 def _active_params(m: ModelArch) -> float:
     routed = m.num_moe_layers * m.top_k * m.expert_params
-    return m.bf16_params + routed
+    return m.dense_params + routed
 
 
 def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
@@ -149,9 +159,15 @@ def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
         share = 1.0 / min(tp, kv_heads) if kv_heads else 1.0
     kv_bytes = batch * context * layers * kv_bytes_layer * share
     flops = tokens * context * layers * flops_per_ctx_layer / tp
-    return max(node.mem_ms(kv_bytes), node.compute_ms(flops))
+    # Attention tiles over heads and context, not over the step's rows: no small-shape penalty.
+    return max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))
 
 
 def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int) -> float:
-    return sum(c.count * node.collective_ms(c.nbytes, lp.tp_size, kind == "all_reduce")
-               for kind, c in target_collectives(m, lp, tokens).items())
+    total = 0.0
+    for key, c in target_collectives(m, lp, tokens).items():
+        kind, group = c.kind or key, c.group or lp.tp_size
+        each = (node.all_to_all_ms(c.nbytes, group) if kind == "all_to_all"
+                else node.collective_ms(c.nbytes, group, kind == "all_reduce"))
+        total += c.count * each
+    return total

@@ -19,6 +19,8 @@ from backends.perf_model.catalog import BF16_BYTES, ModelArch
 class Collectives:
     count: int
     nbytes: float  # each
+    kind: str = ""  # all_reduce | all_gather | all_to_all; "" = the key it is filed under
+    group: int = 0  # ranks taking part; 0 = the tensor-parallel group
 
     @property
     def total(self) -> float:
@@ -30,14 +32,21 @@ def target_collectives(m: ModelArch, lp: LaunchParams, tokens: int,
     """One target forward over `tokens` tokens. Tensor-parallel attention: an all-reduce after
     attention and one after the MLP / MoE in every layer (EP combines the replicated tokens with
     the same all-reduce), one for the vocabulary-parallel embedding, and the LM head's gather.
-    Attention-DP gathers tokens before the MLP and scatters them back instead."""
+    Attention-DP (`tokens` is then this rank's share): dense layers gather tokens before the MLP
+    and scatter them back; MoE layers do the same, or with EP dispatch each token's hidden to
+    its top-k experts' ranks and combine it back (all-to-all, tokens x hidden x top-k a way)."""
     if lp.tp_size <= 1:
         return {}
     hidden = tokens * m.hidden * dtype_bytes
-    logits = Collectives(1, tokens * m.vocab * dtype_bytes)
-    if lp.enable_dp_attention:  # per rank: its own requests, a replicated embedding
-        return {"all_gather": Collectives(2 * m.num_layers, hidden), "logits": logits}
-    return {"all_reduce": Collectives(2 * m.num_layers + 1, hidden), "all_gather": logits}
+    logits = Collectives(1, tokens * m.vocab * dtype_bytes, "all_gather")
+    if not lp.enable_dp_attention:
+        return {"all_reduce": Collectives(2 * m.num_layers + 1, hidden), "all_gather": logits}
+    if lp.ep_size > 1:
+        return {"all_gather": Collectives(2 * m.num_dense_layers, hidden),
+                "all_to_all": Collectives(2 * m.num_moe_layers, hidden * m.top_k,
+                                          group=lp.ep_size),
+                "logits": logits}
+    return {"all_gather": Collectives(2 * m.num_layers, hidden), "logits": logits}
 
 
 def replicated_draft_collectives(m: ModelArch, lp: LaunchParams, batch: int,

@@ -19,24 +19,29 @@ from dflash_core.models.step import Step
 
 def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
            k_new: Tensor, v_new: Tensor, mask: Tensor, fused: bool = False,
-           scale: float | None = None) -> Tensor:
+           scale: float | None = None, biases: dict | None = None) -> Tensor:
     """q: [B, Hq, N, D]; prefix K/V: [B, Hkv, S, D] / [.., Dv]; k_new/v_new: [B, Hkv, N, D] /
     [.., Dv]; mask: [B, N, N]. Softmax scale D**-0.5 unless `scale` is given.
 
     ``fused`` computes each part with PyTorch's fused attention kernel (flash on CPU,
     memory-efficient on CUDA: no [.., N, S] score tensor) instead of explicit matmuls.
-    Returns [B, Hq, N, Dv]."""
+    ``biases``, a forward's memo (Step.biases), makes the mask and prefix-length biases once per
+    forward instead of once per layer. Returns [B, Hq, N, Dv]."""
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
     part = _fused_partial if fused else _partial
     scale = d**-0.5 if scale is None else scale
     qg = q.reshape(b, -1, groups * n, d) * scale  # [B, Hkv, G*N, D]: row g*N + n
-    tree_bias = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B, 1, G*N, N]
-    out, lse = part(qg, k_new, v_new, tree_bias)
+    biases = {} if biases is None else biases
+    if ("tree", groups) not in biases:
+        biases["tree", groups] = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B,1,G*N,N]
+    out, lse = part(qg, k_new, v_new, biases["tree", groups])
     if prefix is not None and prefix[0].shape[2]:
-        keys = torch.arange(prefix[0].shape[2], device=q.device)
-        length_bias = _additive(keys < prefix_lens[:, None])[:, None, None]  # [B, 1, 1, S]
-        out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], length_bias))
+        keys = prefix[0].shape[2]
+        if ("length", keys) not in biases:
+            visible = torch.arange(keys, device=q.device) < prefix_lens[:, None]  # [B, S]
+            biases["length", keys] = _additive(visible)[:, None, None]  # [B, 1, 1, S]
+        out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], biases["length", keys]))
     return out.reshape(b, hq, n, v_new.shape[-1]).to(q.dtype)
 
 
@@ -131,7 +136,8 @@ class Attention(nn.Module):
         q = self.project_q(x, rope)  # [B, Hq, N, D]
         k, v = self.project_kv(x, rope)  # [B, Hkv, N, D]
         prefix = cache.prefix(layer, step.read_len) if cache is not None else None
-        out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused)  # [B, Hq, N, D]
+        out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused,
+                     biases=step.biases)  # [B, Hq, N, D]
         if cache is not None:
             cache.write(layer, step.slots, k, v)
         return self.project_out(out)  # [B, N, H]

@@ -41,7 +41,7 @@ class DraftLayer(nn.Module):
         q = attn.project_q(x, rope)  # [B, Hq, bs, D]
         k, v = attn.project_kv(x, rope)  # block K/V are transient: never written to the cache
         out = attend(q, cache.prefix(self.index, step.read_len), step.prefix_lens, k, v,
-                     step.mask, step.fused)
+                     step.mask, step.fused, biases=step.biases)
         h = h + attn.project_out(out)
         return h + self.mlp(self.post_attention_layernorm(h))
 

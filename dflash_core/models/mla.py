@@ -53,7 +53,7 @@ class MLAttention(nn.Module):
         # Keys and values are one tensor: the output's rotary columns are dropped below.
         prefix = None if cached is None else (cached, cached)
         out = attend(q, prefix, step.prefix_lens, latent, latent, step.mask, step.fused,
-                     self.scale)  # [B, Hq, N, R + Dr]
+                     self.scale, step.biases)  # [B, Hq, N, R + Dr]
         if cache is not None:
             cache.write(layer, step.slots, latent)
         out = out[..., : self.rank] @ self._w_uv().mT  # [B, Hq, N, Dv]

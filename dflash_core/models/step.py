@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -18,6 +18,8 @@ class Step:
     read_len:  how many cache slots to read (max of prefix_lens, a host int).
     mask:      visibility among the new tokens themselves (ancestor mask, causal, or all).
     fused:     attend with PyTorch's fused attention kernels (see attention.attend).
+    biases:    the attention biases made from mask and prefix_lens, memoised by the first layer
+               so the others reuse them (a Step is not modified once its forward starts).
     """
 
     positions: Tensor  # [B, N] long
@@ -26,6 +28,7 @@ class Step:
     read_len: int
     mask: Tensor  # [B, N, N] bool
     fused: bool = False
+    biases: dict = field(default_factory=dict)
 
     @classmethod
     def causal(cls, starts: Tensor, n: int, read_len: int, fused: bool = False) -> Step:

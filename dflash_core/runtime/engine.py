@@ -15,6 +15,8 @@ import torch
 from dflash_core.models.target import Target
 from dflash_core.parallel.mirror import mirrored
 from dflash_core.runtime.batch import LiveBatch
+from dflash_core.runtime.compiled import BACKENDS as COMPILE_BACKENDS
+from dflash_core.runtime.compiled import CompiledForward
 from dflash_core.runtime.round import Round
 from dflash_core.runtime.shapes import RoundShapes
 from dflash_core.runtime.stats import Generation
@@ -43,10 +45,18 @@ class EngineConfig:
     # Without a context_bucket the prefix read would differ every round, so graphs read in
     # buckets of DEFAULT_GRAPH_CONTEXT_BUCKET slots unless one is set.
     cuda_graphs: bool = False
+    # The verify forward through torch.compile (compiled.py): "none" (eager), "inductor" or
+    # "eager" (Dynamo tracing only). Off by default: on the tiny pair on 2 CPU cores Inductor
+    # measured no faster at batch 1 and slower at batch 8 (docs/BENCHMARKS.md, issue 18).
+    compile: str = "none"
 
     def __post_init__(self) -> None:
         if min(self.max_batch, self.max_context, self.max_tree_nodes) < 1:
             raise ValueError("engine limits must be >= 1")
+        if self.compile not in COMPILE_BACKENDS:
+            raise ValueError(f"compile must be one of {COMPILE_BACKENDS}, got {self.compile!r}")
+        if self.compile != "none" and self.cuda_graphs:
+            raise ValueError("compile and cuda_graphs are exclusive: graphs replay the eager round")
         RoundShapes(tuple(self.batch_buckets), self.context_bucket)  # validates them
         if self.cuda_graphs and not self.context_bucket:
             self.context_bucket = DEFAULT_GRAPH_CONTEXT_BUCKET
@@ -68,6 +78,9 @@ class Engine:
         if self.config.cuda_graphs and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs needs a CUDA device; the target is on {self.device}")
         self._rounds: dict[tuple[Spec, int, Proposer | None], Round] = {}
+        # One per engine: every round of it verifies with the same target and taps.
+        self.compiled = CompiledForward(target, self.taps, self.config.compile) \
+            if self.config.compile != "none" else None
         if proposer is not None:
             # Its cache at the largest size now: a later, larger batch would reallocate it
             # under the graphs captured on the old one.
@@ -93,6 +106,8 @@ class Engine:
             cfg = self.config
             self._rounds[key] = Round(self.target, self.proposer, self.cache.row_range(rows),
                                       spec, self.taps, cfg.fused_attention, cfg.cuda_graphs)
+            if self.compiled is not None:
+                self._rounds[key].forward = self.compiled
         return self._rounds[key]
 
     @torch.inference_mode()

@@ -21,7 +21,7 @@ from dflash_core.models.target import Target
 from dflash_core.parallel.traffic import Traffic
 from dflash_core.runtime.graphs import RoundGraphs
 from dflash_core.runtime.stats import GenerationStats
-from dflash_core.speculation.accept import accept
+from dflash_core.speculation.accept import Acceptance, accept
 from dflash_core.speculation.proposer import DraftInput, Proposer
 from dflash_core.speculation.sampling import SamplingTable, sample_table
 from dflash_core.speculation.spec import Spec
@@ -68,6 +68,7 @@ class Round:
         # A replayed graph runs no Python, so each shape's collectives are counted when it
         # runs eagerly and added per round from here.
         self.traffic: dict[tuple[int, int, str], Traffic] = {}
+        self.forward = target  # the verify forward; the engine may swap in a compiled one
         self.graphs = RoundGraphs(
             lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
             if cuda_graphs else None
@@ -102,8 +103,10 @@ class Round:
             tree = self._tree(state.anchors[:n], draft_logits)
         with timed("verify", device, stage_timing):
             post, features = self._verify(cache, starts, read_len, tree, mode)
+        with timed("accept", device, stage_timing):
+            acc = accept(tree, post, self.path_len)
         with timed("commit", device, stage_timing):
-            self._commit(cache, starts, tree, post, features)
+            self._commit(cache, starts, tree, acc, features)
         if mark is not None:
             self.traffic[n, read_len, mode] = comm.traffic.since(mark)
 
@@ -134,14 +137,13 @@ class Round:
         nodes = torch.arange(tree.num_nodes, device=self.device)
         step = Step(starts[:, None] + tree.depths, starts[:, None] + nodes, starts, read_len,
                     tree.mask, self.fused)
-        hidden, features = self.target(tree.tokens, step, cache, self.taps)  # [n, N, *]
+        hidden, features = self.forward(tree.tokens, step, cache, self.taps)  # [n, N, *]
         table = self.state.sampling.rows(len(starts))
         return sample_table(self.target.logits(hidden), table, self.generator, mode), features
 
-    def _commit(self, cache: Cache, starts: Tensor, tree: Tree, post: Tensor,
+    def _commit(self, cache: Cache, starts: Tensor, tree: Tree, acc: Acceptance,
                 features: Tensor) -> None:
         n, state = len(starts), self.state
-        acc = accept(tree, post, self.path_len)
         cache.commit(starts, acc.path)
         path = acc.path[..., None].expand(-1, -1, features.shape[-1])  # [n, A, F]
         state.features[:n].copy_(features.gather(1, path))

@@ -13,7 +13,7 @@ import torch
 from dflash_core.parallel.traffic import Traffic
 
 # "round": a whole round replayed as a CUDA graph (its stages cannot be timed apart).
-STAGES = ("prefill", "draft", "build", "verify", "commit", "round")
+STAGES = ("prefill", "draft", "build", "verify", "accept", "commit", "round")
 
 
 @dataclass(slots=True)

@@ -101,7 +101,9 @@ def chain_tree(anchors: Tensor, draft_tokens: Tensor) -> Tree:
     idx = torch.arange(n, device=draft_tokens.device).expand(b, n)  # [B, N]
     tokens = torch.cat([anchors[:, None], draft_tokens], dim=1).long()  # [B, N]
     valid = torch.ones(b, n, dtype=torch.bool, device=tokens.device)
-    return _make_tree(tokens, idx - 1, idx.clone(), valid, n - 1)
+    # A chain's ancestor-or-self mask is the lower triangle: no pointer jumping needed.
+    mask = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril().expand(b, n, n)
+    return Tree(tokens, idx - 1, idx.clone(), valid, mask)
 
 
 # --- exact reference: best-first heap ---------------------------------------------------------

@@ -45,7 +45,7 @@ def test_kimi_bf16_non_expert_params_are_10_4_billion(kimi):
     assert kimi.attn_params_per_layer == KIMI_ATTN
     assert kimi.expert_params == kimi.shared_expert_params == KIMI_EXPERT
     assert kimi.dense_mlp_params == KIMI_DENSE_MLP
-    assert kimi.bf16_params == KIMI_BF16_PARAMS  # ~10.4 B
+    assert kimi.dense_params == KIMI_BF16_PARAMS  # ~10.4 B
 
 
 def test_kimi_weights_are_594_gb_and_69_gib_per_gpu_at_tp8(kimi):
@@ -57,7 +57,7 @@ def test_kimi_weights_are_594_gb_and_69_gib_per_gpu_at_tp8(kimi):
 def test_kimi_total_params_are_about_a_trillion(kimi):
     # 10.38 B + 23,040 x 44,040,192 (= 1,014.69 B) = 1.025 T  (REFERENCE_NUMBERS: ~1.03 T)
     routed = kimi.num_moe_layers * kimi.num_experts * kimi.expert_params
-    assert (kimi.bf16_params + routed) / 1e12 == pytest.approx(1.025, abs=0.001)
+    assert (kimi.dense_params + routed) / 1e12 == pytest.approx(1.025, abs=0.001)
 
 
 def test_kimi_mla_kv_is_70272_bytes_a_token_over_61_layers(kimi):

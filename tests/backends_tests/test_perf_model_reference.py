@@ -10,7 +10,7 @@ import pytest
 
 from backends.perf_model.calibrate import compare
 from backends.perf_model.constants import Efficiency
-from backends.perf_model.references import fit_reference
+from backends.perf_model.global_fit import fit_reference
 from backends.perf_model.references import load_reference
 from backends.perf_model.references import model_predictor
 

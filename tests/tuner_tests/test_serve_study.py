@@ -55,7 +55,12 @@ def test_a_serve_study_measures_real_servers_and_best_relaunches_the_winner(tmp_
     config = _config(tmp_path, trials=3)
     run = cli("run", "-c", str(config), cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
-    trials = _rows(tmp_path, "select trial_number, status, params_json from dflash_tune_trials")
+    trials = _rows(tmp_path, "select trial_number, status, params_json, log_excerpt from "
+                   "dflash_tune_trials")
+    # Samples the space's constraints reject are kept as such, never launched.
+    rejected = [t for t in trials if t[1] == "invalid_config"]
+    assert all(excerpt.startswith("violates ") for *_, excerpt in rejected)
+    trials = [t[:3] for t in trials if t not in rejected]
     assert [status for _, status, _ in trials] == ["ok"] * 3
     accept = _rows(tmp_path, "select t.params_json, m.concurrency, m.accept_len_mean from "
                    "dflash_tune_measurements m join dflash_tune_trials t on "

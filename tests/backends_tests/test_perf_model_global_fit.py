@@ -1,0 +1,92 @@
+"""The bounded global fit: it recovers constants that generated the data, stays inside the
+physical bounds, says which constants sit on a bound, and keeps classes apart."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from backends.perf_model.calibrate import Observation
+from backends.perf_model.constants import BOUNDS, Efficiency
+from backends.perf_model.global_fit import constants_of, fit_sources
+from backends.perf_model.references import model_predictor
+
+TRUTH = Efficiency(bandwidth_efficiency=0.7, collective_latency_us=40.0, launch_overhead_us=30.0,
+                   matmul_fixed_us=0.3, compute_efficiency=0.7, spec_round_us=400.0)
+
+
+def _synthetic(ref, truth: Efficiency):
+    """The reference's observations, their values replaced by the model's under ``truth``."""
+    predict = model_predictor(ref.deployment)
+    obs = tuple(replace(o, value=predict(truth, o, ref.workload)) for o in ref.observations)
+    return replace(ref, observations=obs)
+
+
+@pytest.fixture(scope="module")
+def recovered(pcie8_reference):
+    data = _synthetic(pcie8_reference, TRUTH)
+    return data, fit_sources([data], starts=2)
+
+
+def test_fit_reproduces_data_the_model_generated(recovered):
+    data, result = recovered
+    eff = result.efficiency(data.deployment.gpu)
+    predict = model_predictor(data.deployment)
+    for o in data.observations:
+        assert predict(eff, o, data.workload) == pytest.approx(o.value, rel=0.03), o.name
+
+
+def test_fit_recovers_the_well_identified_constants(recovered):
+    data, result = recovered
+    identified = {i.key: i for i in result.identified}
+    eff = result.efficiency(data.deployment.gpu)
+    assert identified["launch_overhead_us@host"].status.startswith("identified")
+    assert eff.launch_overhead_us == pytest.approx(TRUTH.launch_overhead_us, rel=0.15)
+    assert eff.bandwidth_efficiency == pytest.approx(TRUTH.bandwidth_efficiency, rel=0.15)
+
+
+def test_fit_stays_inside_the_declared_bounds(recovered):
+    for i in recovered[1].identified:
+        low, high = BOUNDS[i.key.split("@")[0]]
+        assert low <= i.value <= high
+
+
+def test_data_that_needs_a_constant_past_its_bound_is_reported_pinned(pcie8_reference):
+    fast = Efficiency(bandwidth_efficiency=1.0, collective_latency_us=40.0,
+                      launch_overhead_us=30.0, matmul_fixed_us=0.3)
+    plain = replace(pcie8_reference, observations=tuple(
+        o for o in pcie8_reference.observations if not o.launch.speculative))
+    data = _synthetic(plain, fast)
+    data = replace(data, observations=tuple(replace(o, value=o.value * 1.3)
+                                            for o in data.observations))
+    result = fit_sources([data], starts=1)
+    assert "bandwidth_efficiency@gddr7" in result.pinned
+    assert any(i.status == "AT BOUND" for i in result.identified)
+
+
+def test_speculation_constants_are_not_fitted_without_speculative_observations(pcie8_reference):
+    plain = replace(pcie8_reference, observations=tuple(
+        o for o in pcie8_reference.observations if not o.launch.speculative))
+    keys = {c.key for c in constants_of([plain])}
+    assert not any(k.startswith("spec_") for k in keys)
+    assert "collective_latency_us@pcie5" in keys
+
+
+def test_pcie_and_nvlink_sources_get_their_own_collective_latency(pcie8_reference):
+    nvlink = replace(pcie8_reference, deployment=replace(pcie8_reference.deployment,
+                                                         gpu="h200-sxm"))
+    keys = {c.key for c in constants_of([pcie8_reference, nvlink])}
+    assert {"collective_latency_us@pcie5", "collective_latency_us@nvlink",
+            "bandwidth_efficiency@gddr7", "bandwidth_efficiency@hbm3e"} <= keys
+
+
+def test_a_speedup_observation_is_the_ratio_of_two_predictions(pcie8_reference):
+    ref = pcie8_reference
+    by_name = {o.name: o for o in ref.observations}
+    dflash, plain = by_name["EP8 DFlash eager c1"], by_name["EP8 graphs c1"]
+    speedup = Observation("s", dflash.launch, 1, 1.3, "speedup", plain.launch)
+    predict = model_predictor(ref.deployment)
+    eff = Efficiency()
+    expected = predict(eff, dflash, ref.workload) / predict(eff, plain, ref.workload)
+    assert predict(eff, speedup, ref.workload) == pytest.approx(expected)

@@ -1,0 +1,48 @@
+"""The validation data: every published source in its own YAML, cited, its setup stated, and
+loadable; the facts a source states that need no fit (a logged KV capacity) hold."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from backends.perf_model.acceptance import chain_acceptance, profile_for_length
+from backends.perf_model.backend import PerfModelBackend
+from backends.perf_model.memory import kv_capacity_tokens
+from backends.perf_model.references import VALIDATION_DIR, load_reference, validation_sources
+
+FILES = sorted(VALIDATION_DIR.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_validation_source_cites_its_origin_and_states_its_setup(path):
+    raw = yaml.safe_load(path.read_text())
+    assert raw["source"]["cite"].strip() and raw["source"]["setup"].strip()
+    ref = load_reference(str(path))
+    assert any(o.fitted for o in ref.observations), "a source needs a throughput or speedup"
+
+
+def test_validation_covers_the_named_sources_and_three_more():
+    groups = {s.source_group for s in validation_sources()}
+    named = {"pcie8_kimi_sglang", "dflash_paper_table5_llama8b_b200",
+             "vllm_recipe_kimi_k2_thinking_h200"}
+    assert named <= groups and len(groups - named) >= 3
+
+
+def test_kimi_recipe_kv_capacity_is_what_vllm_logged():
+    ref = load_reference(str(VALIDATION_DIR / "vllm_recipe_kimi_k2_thinking_h200.yaml"))
+    backend = PerfModelBackend(ref.deployment)
+    (check,) = ref.kv_checks
+    tokens = kv_capacity_tokens(backend.model, backend.drafter, check.launch, check.kv_pool_gib)
+    assert tokens == pytest.approx(check.tokens, rel=0.005)
+
+
+@pytest.mark.parametrize("length, block", [(6.1, 10), (3.6, 8), (1.5, 16)])
+def test_acceptance_length_is_inverted_to_a_profile_with_that_mean(length, block):
+    profile = profile_for_length(length, block)
+    assert chain_acceptance(profile, block).mean == pytest.approx(length, abs=1e-3)
+
+
+def test_acceptance_length_beyond_the_block_is_refused():
+    with pytest.raises(ValueError, match="must lie in"):
+        profile_for_length(9.0, 8)

@@ -1,0 +1,65 @@
+"""`dflash-tune calibrate --study`: a fit on half of a study's launches predicts the other half;
+`--write` puts the constants where `run` reads them, the rest of tuner.yaml untouched."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import yaml
+from cli_helpers import cli
+from made_study import make_study
+
+from backends.contract import Workload
+from backends.perf_model import Efficiency, PerfModelBackend
+from tuner.calibration import fit_study
+from tuner.config import load_config
+from tuner.wiring import deployment_from
+
+# The node's truth: constants unlike the shipped ones, as a real node's would be.
+TRUTH = Efficiency(bandwidth_efficiency=0.5, collective_latency_us=80.0, launch_overhead_us=25.0,
+                   matmul_fixed_us=0.4, compute_efficiency=0.6, spec_round_us=600.0)
+LEVELS = (1, 16, 64)
+
+
+def _measured_study(folder):
+    """16 launches of the reference node measured on the truth with 5% noise."""
+    path = make_study(folder, [], workload={"concurrency": list(LEVELS)})
+    dep = deployment_from(load_config(path))
+    truth, rng = PerfModelBackend(dep, TRUTH), random.Random(0)
+    trials = []
+    for ep, graphs, cap, spec in itertools.product((1, 8), (True, False), (64, 256),
+                                                   ("none", "dflash")):
+        params = {"tp_size": 8, "ep_size": ep, "cuda_graph": graphs,
+                  "max_running_requests": cap, "speculative_algorithm": spec}
+        from backends.launch_params import LaunchParams
+
+        rows = truth.measure(LaunchParams.from_params(params), Workload(1024, 512, LEVELS))
+        for m in rows:
+            m.output_tok_s *= 1 + rng.uniform(-0.05, 0.05)
+        trials.append((params, rows, "ok"))
+    return make_study(folder, trials, workload={"concurrency": list(LEVELS)})
+
+
+def test_fit_on_half_the_launches_predicts_the_other_half_within_25_percent(tmp_path):
+    cfg = load_config(_measured_study(tmp_path))
+    _, result, fitted, held = fit_study(cfg, holdout=0.5)
+    assert len(held) == len(fitted) > 0
+    worst = max(held, key=lambda c: abs(c.ratio - 1))
+    assert abs(worst.ratio - 1) <= 0.25, (worst.name, worst.ratio)
+    assert all(i.low <= i.value <= i.high for i in result.identified)
+
+
+def test_calibrate_study_write_stores_constants_where_run_reads_them(tmp_path):
+    path = _measured_study(tmp_path)
+    path.write_text("# my comment stays\n" + path.read_text())
+    run = cli("calibrate", "--study", "made", "--write", "--config", str(path), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    text = path.read_text()
+    assert text.startswith("# my comment stays\n")
+    written = yaml.safe_load(text)["backend"]["efficiency"]
+    assert set(written) == set(Efficiency.names())
+    assert load_config(path).backend.efficiency == written  # what `run` will build its model on
+    stdout = yaml.safe_load(run.stdout)
+    assert stdout["launch_overhead_us"] == pytest.approx(written["launch_overhead_us"], rel=1e-3)

@@ -1,0 +1,52 @@
+"""`dflash-tune estimate`: the model asked about one configuration (real subprocess)."""
+
+from __future__ import annotations
+
+import json
+
+from cli_helpers import cli
+
+ARGS = ("estimate", "--gpu", "b200-sxm", "--gpus", "1", "--model", "qwen3-8b", "--tp", "1",
+        "--input-len", "1024", "--output-len", "2048", "--concurrency", "1,4,8,16,32")
+
+
+def _levels(tmp_path, *extra):
+    run = cli(*ARGS, *extra, "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)["levels"], run.stderr
+
+
+def test_estimate_json_has_one_level_per_concurrency_on_stdout(tmp_path):
+    levels, stderr = _levels(tmp_path, "--method", "none")
+    assert [lv["concurrency"] for lv in levels] == [1, 4, 8, 16, 32]
+    for lv in levels:
+        assert lv["output_tok_s"] > 0 and lv["tpot_p50_ms"] > 0 and lv["ttft_p50_ms"] > 0
+    assert "weights" in levels[0]["breakdown_ms"] and "weights" in stderr  # table on stderr
+    tok_s = [lv["output_tok_s"] for lv in levels]
+    assert tok_s == sorted(tok_s)
+
+
+def test_estimate_dflash_speedup_is_largest_at_concurrency_1(tmp_path):
+    plain, _ = _levels(tmp_path, "--method", "none")
+    dflash, _ = _levels(tmp_path, "--method", "dflash", "--block-size", "16",
+                        "--acceptance-length", "6.5")
+    speedup = [d["output_tok_s"] / p["output_tok_s"] for d, p in zip(dflash, plain)]
+    assert speedup[0] > 1.0 and speedup[0] > speedup[-1]
+    assert all(d["accept_len_mean"] == dflash[0]["accept_len_mean"] for d in dflash)
+
+
+def test_estimate_eager_is_slower_than_graphs_at_concurrency_1(tmp_path):
+    graphs, _ = _levels(tmp_path)
+    eager, _ = _levels(tmp_path, "--no-cuda-graphs")
+    assert eager[0]["output_tok_s"] < graphs[0]["output_tok_s"]
+
+
+def test_estimate_table_format_prints_nothing_on_stdout(tmp_path):
+    run = cli(*ARGS, cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout == "" and "output tok/s" in run.stderr
+
+
+def test_estimate_with_tp_not_dividing_gpus_is_a_one_line_error(tmp_path):
+    run = cli("estimate", "--gpu", "h200-sxm", "--gpus", "8", "--model", "qwen3-8b", "--tp", "3",
+              "--input-len", "10", "--output-len", "10", "--concurrency", "1", cwd=tmp_path)
+    assert run.returncode == 2 and "does not divide" in run.stderr

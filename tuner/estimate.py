@@ -1,0 +1,102 @@
+"""``dflash-tune estimate``: the performance model asked directly about one configuration.
+
+No study, no config file: the GPU, the model, the parallelism and the speculation are flags;
+the answer is the model's prediction at each concurrency level, with the per-component step
+breakdown (what the time goes to) on stderr and, with ``--format json``, the levels on stdout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from backends.contract import Measurement, Workload
+from backends.deployment import Deployment, DrafterSpec
+from backends.flags import LaunchTarget
+from backends.launch_params import LaunchParams
+from tuner import render
+
+
+@dataclass(slots=True, frozen=True)
+class EstimateRequest:
+    gpu: str
+    gpus: int
+    model: str
+    tp: int
+    ep: int
+    method: str  # none | dflash | ddtree
+    block_size: int
+    budget: int | None
+    acceptance_length: float
+    drafter_layers: int
+    input_len: int
+    output_len: int
+    concurrency: tuple[int, ...]
+    cuda_graphs: bool
+
+    def launch(self) -> LaunchParams:
+        if self.gpus % self.tp:
+            raise ValueError(f"--tp {self.tp} does not divide --gpus {self.gpus}")
+        top = max(self.concurrency)
+        params = dict(tp_size=self.tp, dp_size=self.gpus // self.tp, ep_size=self.ep,
+                      speculative_algorithm=self.method, cuda_graph=self.cuda_graphs,
+                      cuda_graph_max_bs=top, max_running_requests=top)
+        if self.method != "none":
+            params["speculative_dflash_block_size"] = self.block_size
+        if self.method == "ddtree":
+            params["speculative_ddtree_budget"] = self.budget or 2 * self.block_size
+        return LaunchParams.from_params(params)
+
+    def deployment(self) -> Deployment:
+        from backends.perf_model.acceptance import profile_for_length
+
+        drafter = None
+        if self.method != "none":
+            profile = profile_for_length(self.acceptance_length, self.block_size)
+            drafter = DrafterSpec(block_size=self.block_size, num_layers=self.drafter_layers,
+                                  target_layers=tuple(range(self.drafter_layers)),
+                                  acceptance=profile.top1)
+        return Deployment(gpu=self.gpu, gpus=self.gpus, model=self.model, drafter=drafter,
+                          target=LaunchTarget(model_path="/models/target",
+                                              drafter_path="/models/drafter"))
+
+
+def estimate(req: EstimateRequest) -> list[Measurement]:
+    """The model's measurement of each level (a refused launch raises LaunchFailed)."""
+    from backends.perf_model import PerfModelBackend
+
+    backend = PerfModelBackend(req.deployment())
+    workload = Workload(req.input_len, req.output_len, req.concurrency)
+    rows = backend.measure(req.launch(), workload)
+    failed = next((m for m in rows if not m.ok), None)
+    if failed is not None:
+        raise ValueError(f"the model refuses this launch ({failed.failure.value}): "
+                         f"{failed.log_excerpt}")
+    return rows
+
+
+def as_json(req: EstimateRequest, rows: Sequence[Measurement]) -> dict:
+    from backends.perf_model.shipped import default_efficiency
+
+    return {"levels": [_level(m) for m in rows],
+            "constants": default_efficiency(req.gpu).as_dict(),
+            "launch": req.launch().label()}
+
+
+def _level(m: Measurement) -> dict:
+    return {"concurrency": m.concurrency, "output_tok_s": m.output_tok_s,
+            "tpot_p50_ms": m.tpot_p50_ms, "ttft_p50_ms": m.ttft_p50_ms,
+            "tok_s_per_user": m.tok_s_per_user, "accept_len_mean": m.accept_len_mean,
+            "peak_mem_gib": m.peak_mem_gib, "breakdown_ms": m.breakdown_ms}
+
+
+def show(req: EstimateRequest, rows: Sequence[Measurement]) -> None:
+    columns = ["concurrency", "output tok/s", "TPOT ms", "TTFT ms", "accept"]
+    table = [(m.concurrency, f"{m.output_tok_s:,.1f}", f"{m.tpot_p50_ms:.2f}",
+              f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}") for m in rows]
+    render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}",
+                 columns, table)
+    render.note("step breakdown, ms per round:")
+    for m in rows:
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in m.breakdown_ms.items())
+        render.note(f"  c={m.concurrency}: {parts}")
