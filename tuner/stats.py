@@ -32,6 +32,20 @@ def mad(values: Sequence[float]) -> float:
 
 
 def relative_noise(groups: Iterable[Sequence[float]], fallback: float = 0.0) -> float:
+    """One relative SD of a single run: ``MAD_TO_SD`` x the median absolute residual (each
+    value / its group's median - 1), residuals pooled over every group of at least
+    ``MIN_REPEATS``; ``fallback`` when there is none. Pooled because the groups ran on the same
+    machine, and a MAD of 5 samples alone is off by +-50%.
+
+    Biased low for small groups (one residual of every odd group is exactly zero: ~1/2 of the
+    SD with 3 repeats, ~3/4 with 5); the nightly rule's ``mad_k`` and its asserted error rates
+    were set with it, so nightly keeps it. The launch-aware finals use ``pairwise_noise``."""
+    residuals = [abs(v / median(g) - 1.0) for g in groups
+                 if len(g) >= MIN_REPEATS and median(g) > 0 for v in g]
+    return MAD_TO_SD * median(residuals) if residuals else fallback
+
+
+def pairwise_noise(groups: Iterable[Sequence[float]], fallback: float = 0.0) -> float:
     """One relative SD of a single run, pooled over every group of at least ``MIN_REPEATS``
     (the groups ran on the same machine, and 3-5 runs alone say little about their spread);
     ``fallback`` when there is none.
@@ -39,8 +53,7 @@ def relative_noise(groups: Iterable[Sequence[float]], fallback: float = 0.0) -> 
     From the differences of log values within each group, every pair once: a difference of
     two runs has twice a run's variance whatever the group size, so the median absolute
     difference / (0.6745 x sqrt 2) reads the SD of 3 repeats as well as of 5, and one wild run
-    moves only its own pairs. (A pooled median of residuals from each group's median reads about
-    half the SD with 3 repeats: one residual of every odd group is exactly zero.)"""
+    moves only its own pairs."""
     diffs = [abs(math.log(a) - math.log(b)) for g in groups
              if len(g) >= MIN_REPEATS and all(v > 0 for v in g)
              for a, b in itertools.combinations(g, 2)]
