@@ -50,9 +50,15 @@ def _hover(t: TrialView, lines: list[str]) -> str:
 
 def pareto(data: StudyData) -> Panel:
     target = data.target
-    points = [t for t in data.ok_trials
-              if t.metric(target, "output_tok_s_per_gpu") is not None
-              and t.metric(1, "tok_s_per_user") is not None]
+
+    def drawn(t: TrialView) -> bool:
+        """Measured at both axes' levels (a launch-aware launch measures the levels its own
+        SLA search chose, which need not include the target, even on the Pareto front)."""
+        return (t.metric(target, "output_tok_s") is not None
+                and t.metric(target, "output_tok_s_per_gpu") is not None
+                and t.metric(1, "tok_s_per_user") is not None)
+
+    points = [t for t in data.ok_trials if drawn(t)]
     if not points:
         return Panel(note=f"no successful trial measured both concurrency 1 and {target}")
 
@@ -72,12 +78,12 @@ def pareto(data: StudyData) -> Panel:
         if ts:
             fig.add_trace(trace(ts, f"meets SLA: {family}", mode="markers",
                                 marker=dict(color=COLORS[family], size=8, opacity=0.8)))
-    front = sorted((data.trial(n) for n in data.front),
+    front = sorted((t for t in map(data.trial, data.front) if drawn(t)),
                    key=lambda t: t.metric(1, "tok_s_per_user"))
     if front:
         fig.add_trace(trace(front, "Pareto front", mode="lines",
                             line=dict(color="black", dash="dot")))
-    if data.chosen is not None:
+    if data.chosen is not None and drawn(data.trial(data.chosen)):
         fig.add_trace(trace([data.trial(data.chosen)], "chosen (what `best` emits)",
                             mode="markers", marker=dict(color="gold", symbol="star", size=20,
                                                         line=dict(color="black", width=1.5))))

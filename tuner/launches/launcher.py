@@ -26,6 +26,10 @@ from tuner.study import MEASURED_KEY
 _FIELDS = {f.name for f in fields(Measurement)} - {"failure", "concurrency"}
 # What a launch tells Optuna: throughput at its own SLA limit, and per user at concurrency 1.
 LAUNCH_OBJECTIVES = ("output_tok_s@sla_limit", "tok_s_per_user@1")
+# Long windows at a launch's limit: the first at the short windows' limit, the rest each a step
+# lower while the long window misses the SLA there.
+LONG_WINDOW_TRIES = 3
+MIN_STEP_DOWN = 0.05
 # Trial status of a configuration that ran but failed an integrity gate: never chosen.
 DISQUALIFIED = "disqualified"
 
@@ -127,7 +131,16 @@ class Launcher:
         points = found.points
         if found.best is not None and (bar is None or found.best.output_tok_s >= bar):
             c = found.best.concurrency
-            points.append(session.measure(c, round(self.long_factor * max(2 * c, 8))))
+            for _ in range(LONG_WINDOW_TRIES):
+                long = session.measure(c, round(self.long_factor * max(2 * c, 8)))
+                points.append(long)
+                if not long.ok or c == 1 or meets(long, self.limits):
+                    break
+                # The long window says the limit is lower than the short one did. Without a
+                # level under it that meets the SLA the launch would be worth its next-best
+                # measured level, often concurrency 1 (1/20 of its throughput), for missing
+                # TPOT by 0.3%.
+                c = _step_down(long, self.limits)
         rows = _last_per_level(points)
         best = max((m for m in rows if meets(m, self.limits)), default=None,
                    key=lambda m: m.output_tok_s)
@@ -154,6 +167,14 @@ class Launcher:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             self.study.tell(trial, [result.value, result.per_user or 0.0])
+
+
+def _step_down(m: Measurement, limits: list[Limit]) -> int:
+    """A level below ``m``'s by the largest relative miss of its limits (at least 5%)."""
+    misses = [limit.violation(getattr(m, limit.metric)) / abs(limit.value) for limit in limits
+              if limit.value and getattr(m, limit.metric) is not None]
+    miss = max([MIN_STEP_DOWN, *misses])
+    return max(1, min(m.concurrency - 1, int(m.concurrency / (1 + miss))))
 
 
 def _last_per_level(points: list[Measurement]) -> list[Measurement]:

@@ -155,7 +155,7 @@ class LaunchAware:
                 if all(x.value is not None for x in xs)}
         params = {x.key: x.params for x in self.launcher.launches}
         predicted = {k: self.screen.predict(params[k]) for k in runs}
-        noise = stats.relative_noise(runs.values(), t.noise_prior)
+        noise = stats.pairwise_noise(runs.values(), t.noise_prior)
         model = self._model_error(runs, predicted, noise)
         return {k: stats.blended_score(v, predicted[k] and predicted[k].goodput, model, noise,
                                        t.mad_penalty) for k, v in runs.items()}
