@@ -46,14 +46,15 @@ def prompt_set(workload: Workload, target_path: str | Path, count: int,
                seed: int = 0) -> PromptSet:
     """What to send for ``workload`` to the target at ``target_path`` (see the module doc);
     ``count`` sizes the random set. Raises ``DatasetError`` for an unreadable dataset."""
+    source = prompt_source(workload, target_path)
     if workload.dataset:
         samples = load_samples(workload.dataset, target_path)
         lens = ([s.output_len or workload.output_len for s in samples]
                 if workload.dataset_output_lens else None)
-        return PromptSet([s.prompt for s in samples], lens, f"dataset {workload.dataset}")
+        return PromptSet([s.prompt for s in samples], lens, source)
     held_out = held_out_prompts(target_path, workload.input_len)
     if held_out:
-        return PromptSet(held_out, source=f"held-out prompts of {target_path}")
+        return PromptSet(held_out, source=source)
     return PromptSet(random_prompts(count, workload.input_len, seed))
 
 
