@@ -8,7 +8,14 @@ import pytest
 import torch
 from core_helpers import BLOCK, PROMPTS, host_sync_ops
 from deepseek_helpers import kimi_drafter, make_deepseek
-from test_verify import _causal_logits, _path, _post_following, _prefill, _random_tree, _verify
+from test_verify import (
+    _causal_logits,
+    _post_following,
+    _prefill,
+    _random_tree,
+    _verify,
+    assert_nodes_see_their_root_paths,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dflash_core import (
@@ -35,15 +42,7 @@ def test_each_mla_tree_node_sees_exactly_its_root_path(options, budget):
     target = make_deepseek(**options)
     cache = target.allocate_cache(2, 64)
     assert isinstance(cache, LatentCache)
-    _prefill(target, cache, VERIFY_PROMPTS)
-    tree = _random_tree(2, budget, seed=budget)
-    logits, _ = _verify(target, cache, VERIFY_PROMPTS, tree)
-    for b, prompt in enumerate(VERIFY_PROMPTS):
-        for node in range(tree.num_nodes):
-            if tree.valid[b, node]:
-                path_tokens = tree.tokens[b, _path(tree, b, node)].tolist()
-                expected, _ = _causal_logits(target, prompt + path_tokens)
-                torch.testing.assert_close(logits[b, node], expected[-1], atol=1e-4, rtol=1e-4)
+    assert_nodes_see_their_root_paths(target, cache, VERIFY_PROMPTS, budget)
 
 
 def test_latent_commit_leaves_the_cache_of_a_causal_forward():

@@ -57,10 +57,16 @@ def _path(tree: Tree, b: int, node: int) -> list[int]:
 def test_each_tree_node_sees_exactly_its_root_path(moe, budget):
     target = make_target(moe)
     cache = target.allocate_cache(2, 64)
-    _prefill(target, cache, PROMPTS)
-    tree = _random_tree(2, budget, seed=budget)
-    logits, _ = _verify(target, cache, PROMPTS, tree)
-    for b, prompt in enumerate(PROMPTS):
+    assert_nodes_see_their_root_paths(target, cache, PROMPTS, budget)
+
+
+def assert_nodes_see_their_root_paths(target, cache, prompts, budget):
+    """One verify of a random tree after prefilling ``prompts``: each node's logits equal a
+    causal forward over its prompt and root path."""
+    _prefill(target, cache, prompts)
+    tree = _random_tree(len(prompts), budget, seed=budget)
+    logits, _ = _verify(target, cache, prompts, tree)
+    for b, prompt in enumerate(prompts):
         for node in range(tree.num_nodes):
             if tree.valid[b, node]:
                 path_tokens = tree.tokens[b, _path(tree, b, node)].tolist()
