@@ -68,8 +68,8 @@ class Layout:
             needs += [("num_experts", cfg.num_experts, self.ep),
                       ("moe_intermediate_size", cfg.moe_intermediate_size, self.moe_tp)]
         if isinstance(cfg, DeepseekConfig) and cfg.n_shared_experts:
-            needs.append(("shared experts' intermediate (n_shared_experts x "
-                          "moe_intermediate_size)", cfg.shared_intermediate_size, tp))
+            shared = "shared experts' intermediate (n_shared_experts x moe_intermediate_size)"
+            needs.append((shared, cfg.shared_intermediate_size, tp))
         return needs
 
     def _check_int4_groups(self, cfg: DeepseekConfig) -> None:

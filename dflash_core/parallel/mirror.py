@@ -99,7 +99,7 @@ def _replay(batch, op: str, args: tuple) -> None:
         getattr(batch, op)(*args)
     except (PeerLost, Desync):
         raise
-    except Exception as error:  # noqa: BLE001  re-raised unless rank 0 failed it the same way
+    except Exception as error:  # re-raised unless rank 0 failed it the same way
         if not isinstance(error, _TOLERATED.get(op, ())):
             raise
 
