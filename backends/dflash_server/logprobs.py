@@ -3,8 +3,8 @@
 The engine's rounds keep no per-token distributions (a verify's [n, N, V] logits are sampled and
 dropped inside the round, possibly inside a CUDA graph), so a request that asks is scored
 beside them: the target alone re-reads the prompt and each emitted token, causally, into a
-scratch cache of its own (`LiveBatch.feed_scratch`), on the engine thread between rounds. Requests that do not ask pay
-nothing. The distribution is the one the token was sampled from: the target's softmax after
+scratch cache of its own (`LiveBatch.feed_scratch`), on the engine thread between rounds.
+Requests that do not ask pay nothing. The distribution is the one the token was sampled from: the target's softmax after
 temperature for T > 0, the raw softmax for greedy; top-k / top-p filtering is not applied
 (vLLM's default "raw" logprobs do the same up to the temperature).
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default max_logprobs
 # JSON has no -Infinity; vLLM reports a zero-probability token at this floor as well.

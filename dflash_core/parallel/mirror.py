@@ -4,8 +4,9 @@ Each call that changes a batch (open, admit, release, step, capture, feeding or 
 scratch sequence) is broadcast from rank 0 with its host arguments before rank 0 runs it, and
 the other ranks make the same call. Their host bookkeeping then evolves as rank 0's does,
 because a round's outputs are the same on every rank (gathered logits, one generator seed): each
-rank reads its own round result once, and rank 0 never waits for theirs. A step carries rank 0's committed lengths, which a replica checks
-against its own, so one that drifted stops (Desync) instead of running collectives out of step.
+rank reads its own round result once, and rank 0 never waits for theirs. A step carries rank 0's
+committed lengths, which a replica checks against its own, so one that drifted stops (Desync)
+instead of running collectives out of step.
 Releases and drops touch no collective and ride along with the next broadcast.
 """
 
