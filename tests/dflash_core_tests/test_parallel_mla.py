@@ -1,7 +1,7 @@
 """DeepSeek-V3 / Kimi K2 (MLA, INT4 routed experts) over ranks: TP2, TP2+EP2 and TP4+EP2 on the
 tiny random Kimi-shaped target give the single-device greedy tokens for plain, DFlash and DDTree
-(drafted by an oracle, so drafts are really accepted), hold only their slices of the weights but
-the whole latent, and compute the single-device logits.
+(drafted by an oracle, so drafts are really accepted; requests joining mid-flight too), hold only
+their slices of the weights but the whole latent, and compute the single-device logits.
 
 One set of ranks per layout (a module fixture): every check of that layout runs on it."""
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from parallel_helpers import GREEDY, PROMPTS, oracle_for, plain_tokens, single_device, specs
-from parallel_helpers import start
+from parallel_helpers import start, tokens_joining_mid_flight
 
+from dflash_core import Spec
 from dflash_core.models.int4 import PACK
 from dflash_core.models.random_checkpoint import write_random_pair
 from dflash_core.models.random_checkpoint_deepseek import VOCAB, kimi_like_config
@@ -77,6 +78,11 @@ def test_mla_ranks_give_the_single_device_tokens(kimi, kimi_ranks):
         if spec.method != "none":
             assert run.stats.mean_acceptance > 1.5, (spec, run.stats.acceptance)
         assert run.stats.comm.calls["broadcast"] == run.stats.rounds  # one host message a round
+
+
+def test_mla_ranks_take_requests_mid_flight(kimi, kimi_ranks):
+    spec = Spec.ddtree(BLOCK, 2 * BLOCK, topk=3)
+    assert tokens_joining_mid_flight(kimi_ranks[0].engine, spec) == kimi[2]
 
 
 def test_mla_ranks_compute_the_single_device_logits(kimi, kimi_ranks):
