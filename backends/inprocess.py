@@ -67,12 +67,12 @@ class InProcessBackend(Backend):
         `stack` stops)."""
         from dflash_core import build_engine
 
-        target, drafter = self._load()
-        spec = to_spec(launch, drafter.config.block_size if drafter else None)
+        spec = to_spec(launch, self._drafter_block())
         limits = dict(max_batch=launch.max_running_requests,
                       max_context=workload.input_len + workload.output_len + 1,
                       max_tree_nodes=spec.num_nodes, batch_buckets=launch.capture_batch_sizes)
         if launch.tp_size == 1:
+            target, drafter = self._load()
             return build_engine(target, drafter if launch.speculative else None, **limits), spec
         from dflash_core.parallel.layout import Layout
         from dflash_core.parallel.ranks import EngineRecipe, Ranks
@@ -83,6 +83,14 @@ class InProcessBackend(Backend):
                                    self.device, limits))
         stack.callback(ranks.close)
         return ranks.engine, spec
+
+    def _drafter_block(self) -> int | None:
+        """The drafter's block size from its config alone: over several ranks this process
+        loads no full model, only rank 0's shard."""
+        from dflash_core.models.config import DrafterConfig, read_config
+
+        path = self.deployment.target.drafter_path
+        return DrafterConfig.from_dict(read_config(path)).block_size if path else None
 
     def _load(self):
         if self._models is None:  # loaded once, kept across launches

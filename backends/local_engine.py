@@ -70,25 +70,29 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     """With tp_size > 1 the run goes to ranks started here, and `compare` checks it against
     plain decoding on this one device."""
     require_engine()
-    from dflash_core import SamplingParams, build_engine, load_models
+    import torch
+
+    from dflash_core import SamplingParams, build_engine
+    from dflash_core.runtime.factory import as_dtype
     from dflash_core.runtime.stats import STAGES
     from dflash_core.speculation.spec import Spec
 
-    target, drafter = load_models(req.target, req.drafter, req.dtype, req.device)
+    single_device = req.tp_size == 1 or compare
+    target, drafter, target_cfg, drafter_cfg = _models_or_configs(req, single_device)
     tokenizer = _tokenizer(req.target) if req.prompts else None
     prompts = [tokenizer.encode(p).ids for p in req.prompts] if tokenizer else []
     prompts += [_parse_ids(text) for text in req.prompt_ids]
     if not prompts:
         raise ValueError("give at least one --prompt or --prompt-ids")
-    trained = drafter.config.block_size if drafter else None
+    trained = drafter_cfg.block_size if drafter_cfg else None
     spec, sampling = to_spec(req, trained, req.spine), SamplingParams(**req.sampling)
     max_context = max(map(len, prompts)) + sampling.max_tokens + 1
-    check_fits(target.config, drafter and drafter.config, spec, len(prompts), max_context,
-               target.lm_head.weight.element_size(), free_memory(target.lm_head.weight.device))
+    check_fits(target_cfg, drafter_cfg, spec, len(prompts), max_context,
+               as_dtype(req.dtype).itemsize, free_memory(torch.device(req.device)))
     options = dict(max_batch=len(prompts), max_context=max_context,
                    max_tree_nodes=max(spec.num_nodes, trained or 1),
                    stage_timing=req.stage_timing, compile=req.compile)
-    single = build_engine(target, drafter, **options) if req.tp_size == 1 or compare else None
+    single = build_engine(target, drafter, **options) if single_device else None
     with _engine_for(req, single, options) as engine:
         engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off costs
         runs = {_label(spec.method, req): engine.generate(prompts, sampling, spec)}
@@ -102,6 +106,21 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     texts = [json.dumps(tokenizer.decode(t)) if tokenizer else " ".join(map(str, t))
              for t in tokens]
     return GenerateReport(texts, runs, same, STAGES if req.stage_timing else (), reference)
+
+
+def _models_or_configs(req: GenerateRequest, single_device: bool):
+    """-> (target, drafter, their configs). Without a single-device run (tp > 1, no compare)
+    only the configs are read: the ranks load their own shards, and this process no full
+    model."""
+    from dflash_core import DrafterConfig, load_models
+    from dflash_core.models.architectures import target_config
+    from dflash_core.models.config import read_config
+
+    if single_device:
+        target, drafter = load_models(req.target, req.drafter, req.dtype, req.device)
+        return target, drafter, target.config, drafter and drafter.config
+    drafter_cfg = DrafterConfig.from_dict(read_config(req.drafter)) if req.drafter else None
+    return None, None, target_config(read_config(req.target)), drafter_cfg
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 On CPU the times say nothing about PCIe or NVLink; the counts and bytes do, and they are what a
 GPU run sends too (at 2 bytes an element in bf16 instead of 4 here). For each layout (TP2,
-TP2+EP2 and TP4+EP2 on a random Qwen3-MoE; TP2 on the shipped dense pair) and each method
+TP2+EP2 and TP4+EP2 on a random Qwen3-MoE; TP2 on the shipped dense pair; TP2 and TP2+EP2 on
+the random Kimi-shaped DeepSeek target: MLA, INT4 experts) and each method
 (plain, DFlash, DDTree budget 32) it runs a batch of 4 requests and reports, per round and per
 rank: all-reduces, all-gathers and broadcasts with their bytes, the verify tokens, and the
 milliseconds a round took here. It also checks that every run gave the single-device plain
@@ -31,7 +32,8 @@ from dflash_core.parallel.ranks import EngineRecipe, Ranks
 SHIPPED = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_code"
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7], [9, 10], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [30]]
 LAYOUTS = [("dense (shipped pair)", 2, 1), ("MoE (random)", 2, 1), ("MoE (random)", 2, 2),
-           ("MoE (random)", 4, 2)]
+           ("MoE (random)", 4, 2), ("MLA + INT4 MoE (random Kimi-shaped)", 2, 1),
+           ("MLA + INT4 MoE (random Kimi-shaped)", 2, 2)]
 
 
 def methods(block: int) -> list[Spec]:
@@ -78,10 +80,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="traffic-bench-"))
-    moe = write_random_pair("qwen3-moe", folder, seed=0)
+    pairs = {"dense": (SHIPPED / "target", SHIPPED / "drafter"),
+             "MoE": write_random_pair("qwen3-moe", folder / "moe", seed=0),
+             "MLA": write_random_pair("deepseek-v3", folder / "mla", seed=0)}
     rows = []
     for name, tp, ep in LAYOUTS:
-        pair = (SHIPPED / "target", SHIPPED / "drafter") if name.startswith("dense") else moe
+        pair = pairs[name.split()[0]]
         rows += [dict(model=name, **row) for row in run_layout(pair, tp, ep, args.max_tokens)]
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
           f"threads, torch {torch.__version__}; batch {len(PROMPTS)}, {args.max_tokens} tokens")

@@ -74,7 +74,8 @@ def build(options: ServeOptions, ranks_out: list | None = None):
 def _engine(options: ServeOptions, ranks_out: list):
     """-> (target config, drafter config or None, engine). Rank 0 of several reads only the
     configs here: its weights are its shard, loaded by the ranks."""
-    from dflash_core import DrafterConfig, ModelConfig, build_engine, load_models
+    from dflash_core import DrafterConfig, build_engine, load_models
+    from dflash_core.models.architectures import target_config
     from dflash_core.models.config import read_config
 
     if options.tp_size == 1:
@@ -82,7 +83,7 @@ def _engine(options: ServeOptions, ranks_out: list):
                                       options.device)
         target_cfg, drafter_cfg = target.config, drafter and drafter.config
     else:
-        target_cfg = ModelConfig.from_dict(read_config(options.target))
+        target_cfg = target_config(read_config(options.target))  # Qwen3 or DeepSeek
         drafter_cfg = DrafterConfig.from_dict(read_config(options.drafter)) \
             if options.drafter else None
     spec = to_spec(options, drafter_cfg.block_size if drafter_cfg else None, options.spine)

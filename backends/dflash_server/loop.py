@@ -15,6 +15,7 @@ every waiting client gets its error and /health reports it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
@@ -81,6 +82,7 @@ class EngineLoop:
     def __init__(self, engine: Engine, spec: Spec, seed: int = 0) -> None:
         self.engine, self.spec = engine, spec
         self.batch = engine.open_batch(spec, seed=seed)
+        self._scratch_keys = itertools.count()  # one scratch sequence per scored request
         self.inbox: queue.Queue[Ticket] = queue.Queue()
         self.tickets: dict[int, Ticket] = {}  # row -> ticket
         self.counters = Counters()
@@ -219,12 +221,9 @@ class EngineLoop:
                   finish: str | None) -> list[TokenLogprobs] | None:
         if ticket.top_logprobs is None or ticket.cancelled:
             return None
-        if self.engine.target.comm is not None:  # its forwards would run on rank 0 alone
-            raise ValueError("logprobs are not supported with --tp-size > 1")
         if ticket.scorer is None:
-            ticket.scorer = Scorer(self.engine.target, ticket.prompt, ticket.sampling.temperature,
-                                   ticket.top_logprobs, self.engine.config.max_context,
-                                   self.engine.config.fused_attention)
+            ticket.scorer = Scorer(self.batch, next(self._scratch_keys), ticket.prompt,
+                                   ticket.sampling.temperature, ticket.top_logprobs)
         return ticket.scorer.score(tokens, final=finish is not None)
 
     def _fail(self, row: int, message: str) -> None:
@@ -234,7 +233,9 @@ class EngineLoop:
 
     def _finish(self, row: int) -> Ticket:
         ticket = self.tickets.pop(row)
-        ticket.scorer = None  # its scratch cache goes with it
+        if ticket.scorer is not None:
+            ticket.scorer.close()  # its scratch cache goes with it
+            ticket.scorer = None
         self.batch.release(row)
         self._gauges()
         return ticket

@@ -87,6 +87,16 @@ class DeepseekConfig:
         scale = (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5
         return scale * (self.rope_scaling.softmax_factor if self.rope_scaling else 1.0)
 
+    @property
+    def num_experts(self) -> int:
+        """The routed experts (Qwen3-MoE's name for them, which the parallel layout reads)."""
+        return self.n_routed_experts
+
+    @property
+    def shared_intermediate_size(self) -> int:
+        """The shared experts' one MLP."""
+        return self.moe_intermediate_size * self.n_shared_experts
+
     def is_moe_layer(self, layer: int) -> bool:
         return bool(self.n_routed_experts) and layer >= self.first_k_dense_replace
 

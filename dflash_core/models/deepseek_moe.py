@@ -57,8 +57,7 @@ class DeepseekMoE(nn.Module):
         shape = (cfg.n_routed_experts, cfg.hidden_size, cfg.moe_intermediate_size)
         quant = cfg.quantization
         self.experts = Experts(*shape) if quant is None else Int4Experts(*shape, quant.group_size)
-        self.shared_experts = MLP(cfg.hidden_size,
-                                  cfg.moe_intermediate_size * cfg.n_shared_experts) \
+        self.shared_experts = MLP(cfg.hidden_size, cfg.shared_intermediate_size) \
             if cfg.n_shared_experts else None
 
     def forward(self, x: Tensor) -> Tensor:

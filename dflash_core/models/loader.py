@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -128,11 +129,19 @@ def _fill(key: str, slot: torch.Tensor, tensor: torch.Tensor) -> None:
 def _built(build: Callable[[], nn.Module], dtype: torch.dtype,
            device: str | torch.device) -> nn.Module:
     """Parameters allocated once, in their final dtype and place (no float32 CPU copy first)."""
+    with allocating(dtype, device):
+        return build()
+
+
+@contextmanager
+def allocating(dtype: torch.dtype, device: str | torch.device):
+    """New modules' parameters in `dtype` on `device` (those a module pins, such as the DeepSeek
+    router's fp32, keep theirs); "meta" builds shapes only."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            return build()
+            yield
     finally:
         torch.set_default_dtype(previous)
 

@@ -29,8 +29,10 @@ TAPS = [1, 2]  # Kimi's drafters tap [1, 12, 24, 35, 47, 58] of 61 layers
 
 
 def kimi_like_config() -> DeepseekConfig:
+    # Splits up to --tp 4 --ep 2: 4 heads, 16 experts, and an expert's intermediate of 64 leaves
+    # each of moe_tp = 2 ranks 32, one whole INT4 group (tp 4 with ep 1 cannot split it).
     return DeepseekConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
         num_hidden_layers=TARGET_LAYERS, num_attention_heads=4, kv_lora_rank=32,
         qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, q_lora_rank=48,
         n_routed_experts=16, n_shared_experts=1, num_experts_per_tok=4, n_group=1, topk_group=1,

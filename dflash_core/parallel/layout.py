@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dflash_core.models.config import CheckpointError, ModelConfig
+from dflash_core.models.architectures import TargetConfig
+from dflash_core.models.config import CheckpointError
+from dflash_core.models.deepseek_config import DeepseekConfig
 
 
 @dataclass(slots=True, frozen=True)
@@ -43,27 +45,49 @@ class Layout:
         """Ranks that split each expert's intermediate dimension."""
         return self.tp // self.ep
 
-    def check(self, cfg: ModelConfig) -> None:
+    def check(self, cfg: TargetConfig) -> None:
         """A CheckpointError naming the first dimension this layout cannot split evenly."""
+        for name, size, parts in self._needs(cfg):
+            if size % parts:
+                raise CheckpointError(f"{name} {size} does not split over {parts} ranks")
+        if isinstance(cfg, DeepseekConfig):
+            self._check_int4_groups(cfg)
+            return
         kv, tp = cfg.num_key_value_heads, self.tp
+        if kv % tp and tp % kv:
+            raise CheckpointError(f"num_key_value_heads {kv} and tp {tp}: one must divide "
+                                  "the other")
+
+    def _needs(self, cfg: TargetConfig) -> list[tuple[str, int, int]]:
+        """(dimension, size, ways it is split) for every dimension this layout splits."""
+        tp = self.tp
         needs = [("num_attention_heads", cfg.num_attention_heads, tp),
                  ("intermediate_size", cfg.intermediate_size, tp),
                  ("vocab_size", cfg.vocab_size, tp)]
         if cfg.num_experts:
             needs += [("num_experts", cfg.num_experts, self.ep),
                       ("moe_intermediate_size", cfg.moe_intermediate_size, self.moe_tp)]
-        for name, size, parts in needs:
-            if size % parts:
-                raise CheckpointError(f"{name} {size} does not split over {parts} ranks")
-        if kv % tp and tp % kv:
-            raise CheckpointError(f"num_key_value_heads {kv} and tp {tp}: one must divide "
-                                  "the other")
+        if isinstance(cfg, DeepseekConfig) and cfg.n_shared_experts:
+            shared = "shared experts' intermediate (n_shared_experts x moe_intermediate_size)"
+            needs.append((shared, cfg.shared_intermediate_size, tp))
+        return needs
 
-    def q_heads(self, cfg: ModelConfig, rank: int) -> Span:
+    def _check_int4_groups(self, cfg: DeepseekConfig) -> None:
+        """INT4 down_proj weights are packed and scaled along the intermediate dimension: each
+        rank's slice of it must be whole quantisation groups."""
+        if cfg.quantization is None or not cfg.num_experts:
+            return
+        group, inner = cfg.quantization.group_size, cfg.moe_intermediate_size // self.moe_tp
+        if inner % group:
+            raise CheckpointError(f"moe_intermediate_size {cfg.moe_intermediate_size} over "
+                                  f"{self.moe_tp} ranks leaves {inner} per rank, not a multiple "
+                                  f"of the INT4 group_size {group}: use a larger ep")
+
+    def q_heads(self, cfg: TargetConfig, rank: int) -> Span:
         count = cfg.num_attention_heads // self.tp
         return Span(rank * count, count)
 
-    def kv_heads(self, cfg: ModelConfig, rank: int) -> Span:
+    def kv_heads(self, cfg: TargetConfig, rank: int) -> Span:
         """This rank's KV heads; with fewer KV heads than ranks, the one its query heads read
         (replicated on tp / kv ranks)."""
         kv = cfg.num_key_value_heads
@@ -78,10 +102,10 @@ class Layout:
         count = size // self.tp
         return Span(rank * count, count)
 
-    def experts(self, cfg: ModelConfig, rank: int) -> Span:
+    def experts(self, cfg: TargetConfig, rank: int) -> Span:
         count = cfg.num_experts // self.ep
         return Span(rank // self.moe_tp * count, count)
 
-    def expert_intermediate(self, cfg: ModelConfig, rank: int) -> Span:
+    def expert_intermediate(self, cfg: TargetConfig, rank: int) -> Span:
         count = cfg.moe_intermediate_size // self.moe_tp
         return Span(rank % self.moe_tp * count, count)

@@ -1,17 +1,18 @@
 """Rank 0's live batch is the one the outside sees; every other rank keeps a replica of it.
 
-Each call that changes a batch (open, admit, release, step, capture) is broadcast from rank 0
-with its host arguments before rank 0 runs it, and the other ranks make the same call. Their
-host bookkeeping then evolves as rank 0's does, because a round's outputs are the same on every
-rank (gathered logits, one generator seed): each rank reads its own round result once, and rank
-0 never waits for theirs. A step carries rank 0's committed lengths, which a replica checks
-against its own, so one that drifted stops (Desync) instead of running collectives out of step.
-Releases touch no device state and ride along with the next broadcast.
+Each call that changes a batch (open, admit, release, step, capture, feeding or dropping a
+scratch sequence) is broadcast from rank 0 with its host arguments before rank 0 runs it, and
+the other ranks make the same call. Their host bookkeeping then evolves as rank 0's does,
+because a round's outputs are the same on every rank (gathered logits, one generator seed): each
+rank reads its own round result once, and rank 0 never waits for theirs. A step carries rank 0's
+committed lengths, which a replica checks against its own, so one that drifted stops (Desync)
+instead of running collectives out of step.
+Releases and drops touch no collective and ride along with the next broadcast.
 """
 
 from __future__ import annotations
 
-from dflash_core.parallel.comm import Comm
+from dflash_core.parallel.comm import Comm, PeerLost
 
 
 class Desync(RuntimeError):
@@ -48,6 +49,14 @@ class Leader:
         self.batch.stats.comm.add("broadcast", self.comm.last_broadcast)  # a round's input
         return self.batch.step()
 
+    def feed_scratch(self, key: int, ids: list[int]):
+        self.send("feed_scratch", key, ids)
+        return self.batch.feed_scratch(key, ids)
+
+    def drop_scratch(self, key: int) -> None:
+        self.pending.append(("drop_scratch", (key,)))
+        self.batch.drop_scratch(key)
+
     def capture(self, read_lens=None, modes=("greedy",)):
         self.send("capture", read_lens, modes)
         return self.batch.capture(read_lens, modes)
@@ -81,11 +90,18 @@ def follow(engine, comm: Comm) -> None:
                 _replay(batch, op, args)
 
 
+# What a replica may see fail: rank 0 made the same call on the same state and failed the same
+# way. A refused admission is refused before any work; a failed scoring fails only that request.
+_TOLERATED = {"admit": ValueError, "feed_scratch": Exception}
+
+
 def _replay(batch, op: str, args: tuple) -> None:
     try:
         getattr(batch, op)(*args)
-    except ValueError:  # a refused admission: rank 0 refused it the same way, before any work
-        if op != "admit":
+    except (PeerLost, Desync):
+        raise
+    except Exception as error:  # re-raised unless rank 0 failed it the same way
+        if not isinstance(error, _TOLERATED.get(op, ())):
             raise
 
 

@@ -1,4 +1,5 @@
-"""Shards of the Qwen3 layers: what `shard.parallelize` puts in place of the full modules.
+"""Shards of the layers: what `shard.parallelize` puts in place of the full modules (the
+DeepSeek MoE's own in modules_deepseek.py).
 
 Column-parallel projections (q, k, v, gate, up) are plain nn.Linear shards and need no
 communication; the row-parallel ones (o, down) and the routed experts sum their partial outputs
@@ -57,8 +58,9 @@ class VocabParallelHead(nn.Module):
         return self.comm.all_gather(F.linear(hidden, self.weight))  # [..., V]
 
 
-class ShardedExperts(Experts):
-    """Experts `experts` of E, each over its `intermediate` slice.
+class LocalExperts(Experts):
+    """Experts `span` of E, each over its `slice` of the intermediate dimension: this rank's
+    partial sum of the routed experts' outputs (callers all-reduce it).
 
     Every rank holds every token (attention is tensor-parallel, so the MoE input is replicated),
     so dispatch is local: a rank runs the (token, slot) pairs routed to its experts, with zero
@@ -66,13 +68,28 @@ class ShardedExperts(Experts):
     same bytes as a TP MLP's all-reduce; an all-to-all would only pay off once tokens are not
     replicated (attention-DP)."""
 
-    def __init__(self, experts: Span, hidden: int, intermediate: Span, comm: Comm) -> None:
+    def __init__(self, experts: Span, hidden: int, intermediate: Span) -> None:
         super().__init__(experts.count, hidden, intermediate.count)
-        self.span, self.slice, self.comm = experts, intermediate, comm
+        self.span, self.slice = experts, intermediate
 
     def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
-        local = experts - self.span.start  # [T, k]
-        mine = (local >= 0) & (local < self.span.count)
-        partial = super().forward(tokens, weights * mine.to(weights.dtype),
-                                  local.clamp(0, self.span.count - 1))  # [T, H]
-        return self.comm.all_reduce(partial)
+        return super().forward(tokens, *owned_pairs(self.span, weights, experts))  # [T, H]
+
+
+class ShardedExperts(LocalExperts):
+    """Qwen3-MoE's routed experts over the ranks: the partial sums, all-reduced."""
+
+    def __init__(self, experts: Span, hidden: int, intermediate: Span, comm: Comm) -> None:
+        super().__init__(experts, hidden, intermediate)
+        self.comm = comm
+
+    def forward(self, tokens: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        return self.comm.all_reduce(super().forward(tokens, weights, experts))
+
+
+def owned_pairs(span: Span, weights: Tensor, experts: Tensor) -> tuple[Tensor, Tensor]:
+    """Routing weights and expert ids [T, k] -> (the weights, zero for the experts this rank does
+    not hold; local ids of the held ones, any valid id for the rest)."""
+    local = experts - span.start  # [T, k]
+    mine = (local >= 0) & (local < span.count)
+    return weights * mine.to(weights.dtype), local.clamp(0, span.count - 1)

@@ -29,7 +29,7 @@ import torch
 from dflash_core.parallel.comm import Comm, close_comm, init_comm
 from dflash_core.parallel.layout import Layout
 from dflash_core.parallel.mirror import follow, stop_followers
-from dflash_core.parallel.shard import shardable_config
+from dflash_core.parallel.shard import checked_config
 
 EXIT_RANK_LOST = 1  # not argparse's 2: the tuner reads it as a crash
 
@@ -82,7 +82,7 @@ class Ranks:
         world = recipe.layout.world
         if torch.distributed.is_initialized():
             raise RuntimeError("this process already holds a set of ranks: close it first")
-        shardable_config(recipe.target)  # refuse an architecture it cannot split before forking
+        checked_config(recipe.target, recipe.layout)  # refuse a split it cannot make, unforked
         self._folder = tempfile.mkdtemp(prefix="dflash-ranks-")
         init = f"file://{self._folder}/rendezvous"
         context = _context()

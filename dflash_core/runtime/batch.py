@@ -14,6 +14,7 @@ from torch import Tensor
 
 from dflash_core.models.step import Step
 from dflash_core.runtime.round import Round
+from dflash_core.runtime.scratch import ScratchSequence
 from dflash_core.runtime.shapes import RoundShapes
 from dflash_core.runtime.stats import GenerationStats
 from dflash_core.speculation.sampling import SamplingTable, sample_table
@@ -46,6 +47,7 @@ class LiveBatch:
         self.requests: list[Request | None] = [None] * rows
         self.starts_h = [0] * rows  # committed length = position of the anchor, per row
         self.stats = GenerationStats()
+        self.scratch: dict[int, ScratchSequence] = {}  # key -> a sequence scored beside
         self.generator = round_.generator
         round_.reset(seed, self.stats)
         if self.proposer is not None:
@@ -64,6 +66,18 @@ class LiveBatch:
         self.requests[row] = None
         self.starts_h[row] = 0
         self.state.sampling.set_row(row, None)
+
+    # --- scratch sequences (scoring beside the rounds) ---------------------------------------
+
+    def feed_scratch(self, key: int, ids: list[int]) -> Tensor:
+        """Append ids to scratch sequence `key` (opened on first use, up to max_context tokens)
+        -> the target's logits after each of them [len(ids), V]."""
+        if key not in self.scratch:
+            self.scratch[key] = ScratchSequence(self.target, self.max_context, self.fused)
+        return self.scratch[key].feed(ids)
+
+    def drop_scratch(self, key: int) -> None:
+        self.scratch.pop(key, None)
 
     # --- admission ----------------------------------------------------------------------------
 

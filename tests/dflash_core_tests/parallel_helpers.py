@@ -57,3 +57,26 @@ def plain_tokens(engine, prompts=PROMPTS, sampling=GREEDY) -> list[list[int]]:
 def specs(block: int) -> list[Spec]:
     """Plain, DFlash, and a DDTree whose budget leaves room for siblings."""
     return [Spec.none(), Spec.dflash(block), Spec.ddtree(block, 2 * block, topk=3)]
+
+
+def tokens_joining_mid_flight(engine, spec: Spec, prompts=PROMPTS) -> list[list[int]]:
+    """Each prompt's greedy tokens from a live batch that two requests start, a third joins after
+    two rounds, and the last takes the first row freed (continuous batching)."""
+    outputs: dict[int, list[int]] = {}
+    with torch.inference_mode():
+        batch = engine.open_batch(spec)
+        rows = {e.row: i for i, e in enumerate(batch.admit(prompts[:2], [GREEDY] * 2))}
+        for _ in range(2):
+            batch.step()
+        (joined,) = batch.admit(prompts[2:3], [GREEDY])
+        rows[joined.row] = 2
+        pending = [3]
+        while batch.live_rows() or pending:
+            batch.step()
+            for row in [r for r in rows if batch.requests[r] and batch.requests[r].finish]:
+                outputs[rows.pop(row)] = batch.requests[row].output
+                batch.release(row)
+            if pending and batch.free_rows():
+                (event,) = batch.admit([prompts[pending[0]]], [GREEDY])
+                rows[event.row] = pending.pop()
+    return [outputs[i] for i in range(len(prompts))]

@@ -1,7 +1,9 @@
-"""Which slice each rank holds (no ranks started: the layout is arithmetic), and the
-architectures it cannot split."""
+"""Which slice each rank holds (no ranks started: the layout is arithmetic), and the layouts
+a Qwen3 or DeepSeek config cannot split, refused by the dimension's name."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ from core_helpers import target_config
 
 from dflash_core import CheckpointError
 from dflash_core.models.random_checkpoint import write_random_pair
+from dflash_core.models.random_checkpoint_deepseek import kimi_like_config
 from dflash_core.parallel.layout import Layout, Span
 from dflash_core.parallel.ranks import EngineRecipe, Ranks
 from dflash_core.parallel.shard import load_sharded_target
@@ -51,11 +54,30 @@ def test_ep_must_divide_tp():
         Layout(tp=2, ep=4)
 
 
-def test_a_deepseek_target_is_refused_for_tp_before_any_rank_starts(tmp_path):
+@pytest.mark.parametrize("layout, overrides, field", [
+    (Layout(8), {}, "num_attention_heads"),  # 4 heads
+    (Layout(4, 4), {"n_routed_experts": 6, "n_group": 1}, "num_experts"),
+    (Layout(2), {"intermediate_size": 129}, "intermediate_size"),
+    (Layout(2, 2), {"n_shared_experts": 3, "moe_intermediate_size": 33}, "shared experts"),
+    (Layout(4), {}, "INT4 group_size 32"),  # 64 / 4 = 16 per rank: half a group
+])
+def test_deepseek_layouts_that_do_not_split_are_refused_by_name(layout, overrides, field):
+    cfg = replace(kimi_like_config(), **overrides)
+    with pytest.raises(CheckpointError, match=field):
+        layout.check(cfg)
+
+
+def test_deepseek_layouts_that_split_pass_the_check():
+    for tp, ep in [(2, 1), (2, 2), (4, 2), (4, 4)]:
+        Layout(tp, ep).check(kimi_like_config())
+    Layout(4).check(replace(kimi_like_config(), quantization=None))  # float experts: no groups
+
+
+def test_a_layout_that_cannot_split_is_refused_before_any_rank_starts(tmp_path):
     target, drafter = write_random_pair("deepseek-v3", tmp_path, seed=0)
-    with pytest.raises(CheckpointError, match="supports Qwen3 targets only"):
-        Ranks(EngineRecipe(target, drafter, Layout(2), engine=dict(
+    with pytest.raises(CheckpointError, match="group_size"):
+        Ranks(EngineRecipe(target, drafter, Layout(4), engine=dict(
             max_batch=1, max_context=16, max_tree_nodes=1), threads=1))
     assert not torch.distributed.is_initialized()  # refused before the process group
-    with pytest.raises(CheckpointError, match="DeepSeek-V3 / Kimi K2"):
-        load_sharded_target(target, Layout(2), comm=None)
+    with pytest.raises(CheckpointError, match="group_size"):
+        load_sharded_target(target, Layout(4), comm=None)

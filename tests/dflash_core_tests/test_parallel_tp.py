@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from parallel_helpers import GREEDY, PROMPTS, SHIPPED, plain_tokens, single_device, specs, start
+from parallel_helpers import tokens_joining_mid_flight
 
 from dflash_core import Spec
 
@@ -50,24 +51,5 @@ def test_tp2_gives_the_single_device_tokens_for_plain_dflash_and_ddtree(shipped,
 
 
 def test_tp2_live_batch_takes_requests_mid_flight(shipped, shipped_tp2):
-    reference = plain_tokens(shipped)
-    outputs: dict[int, list[int]] = {}
-    with torch.inference_mode():
-        batch = shipped_tp2.engine.open_batch(Spec.ddtree(8, 16, topk=3))
-        rows = {e.row: i for i, e in enumerate(batch.admit(PROMPTS[:2], [GREEDY] * 2))}
-        for _ in range(2):
-            batch.step()
-        (joined,) = batch.admit(PROMPTS[2:3], [GREEDY])
-        rows[joined.row] = 2
-        pending = [3]
-        while batch.live_rows() or pending:
-            batch.step()
-            for row in [r for r in rows if batch.requests[r] and batch.requests[r].finish]:
-                outputs[rows.pop(row)] = batch.requests[row].output
-                batch.release(row)
-            if pending and batch.free_rows():
-                (event,) = batch.admit([PROMPTS[pending[0]]], [GREEDY])
-                rows[event.row] = pending.pop()
-    assert [outputs[i] for i in range(4)] == reference
-
-
+    spec = Spec.ddtree(8, 16, topk=3)
+    assert tokens_joining_mid_flight(shipped_tp2.engine, spec) == plain_tokens(shipped)
