@@ -4,9 +4,9 @@ The engine's rounds keep no per-token distributions (a verify's [n, N, V] logits
 dropped inside the round, possibly inside a CUDA graph), so a request that asks is scored
 beside them: the target alone re-reads the prompt and each emitted token, causally, into a
 scratch cache of its own (`LiveBatch.feed_scratch`), on the engine thread between rounds.
-Requests that do not ask pay nothing. The distribution is the one the token was sampled from: the target's softmax after
-temperature for T > 0, the raw softmax for greedy; top-k / top-p filtering is not applied
-(vLLM's default "raw" logprobs do the same up to the temperature).
+Requests that do not ask pay nothing. The distribution is the one the token was sampled from:
+the target's softmax after temperature for T > 0, the raw softmax for greedy; top-k / top-p
+filtering is not applied (vLLM's default "raw" logprobs do the same up to the temperature).
 """
 
 from __future__ import annotations
