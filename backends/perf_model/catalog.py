@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from backends.perf_model.constants import fit_classes
+from backends.perf_model.constants import SMALL_KERNELS, fit_classes
 
 _HERE = Path(__file__).parent
 BF16_BYTES = 2
@@ -35,9 +35,9 @@ class Hardware:
     collective_latency_us: float
     memory: str = "hbm3e"  # memory kind: its achieved bandwidth efficiency is fitted per kind
 
-    @property
-    def classes(self) -> dict[str, str]:
-        return fit_classes(self.memory, self.interconnect)
+    def classes(self, engine: str = "sglang") -> dict[str, str]:
+        """The class each fitted constant of this GPU, under ``engine``, is shared within."""
+        return fit_classes(self.memory, self.interconnect, engine)
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,6 +91,16 @@ class ModelArch:
                 + self.vocab * self.hidden * BF16_BYTES)
 
     @property
+    def small_kernels(self) -> int:
+        """Non-GEMM kernels of one forward (constants.SMALL_KERNELS, by block)."""
+        k, fp8 = SMALL_KERNELS, self.dense_weight_bits <= 8
+        attn = k["mla"] + fp8 * k["fp8_mla"] if self.kv_heads == 0 else k["gqa"] + fp8 * k["fp8_gqa"]
+        mlp = k["dense_mlp"] + fp8 * k["fp8_mlp"]
+        moe = (k["moe"] + bool(self.shared_expert_params) * k["shared_expert"]
+               + fp8 * k["fp8_mlp"])
+        return self.num_layers * attn + self.num_dense_layers * mlp + self.num_moe_layers * moe
+
+    @property
     def expert_bytes(self) -> float:
         return self.expert_params * self.expert_weight_bits / 8
 
@@ -118,6 +128,11 @@ class DrafterArch:
     @property
     def weight_bytes(self) -> float:
         return (self.num_layers * self.params_per_layer + self.fc_params) * BF16_BYTES
+
+    @property
+    def small_kernels(self) -> int:
+        """Qwen3-style bf16 layers: GQA attention and a dense MLP (constants.SMALL_KERNELS)."""
+        return self.num_layers * (SMALL_KERNELS["gqa"] + SMALL_KERNELS["dense_mlp"])
 
 
 @cache

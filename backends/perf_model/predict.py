@@ -38,7 +38,7 @@ def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
     verify = target_forward(s.node, s.model, s.lp, batch, s.lp.verify_tokens, context,
                             use_graph, padded)
     parts = {"weights": verify.weights, "kv": verify.kv, "matmul_fixed": verify.matmul_fixed,
-             "comm": verify.comm}
+             "small_kernels": verify.small_kernels, "comm": verify.comm}
     host = verify.host
     if s.acceptance is not None and s.drafter is not None:
         # SGLang runs the drafter eagerly under attention-DP even with decode graphs on.

@@ -56,6 +56,10 @@ class Node:
         wire = (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
         return self.eff.collective_latency_us / 1e3 + wire
 
+    def kernels_ms(self, kernels: int) -> float:
+        """GPU time of ``kernels`` small kernels beyond their bytes and FLOPs (fixed each)."""
+        return kernels * self.eff.kernel_fixed_us / 1e3
+
     def host_ms(self, launches: float) -> float:
         return launches * self.eff.launch_overhead_us / 1e3
 
@@ -69,10 +73,11 @@ class Forward:
     matmul_fixed: float
     comm: float
     host: float
+    small_kernels: float  # the layers' non-GEMM kernels (Efficiency.kernel_fixed_us each)
 
     @property
     def device(self) -> float:
-        return self.weights + self.kv + self.matmul_fixed + self.comm
+        return self.weights + self.kv + self.matmul_fixed + self.comm + self.small_kernels
 
 
 def expected_distinct_experts(num_experts: int, top_k: int, tokens: int) -> float:
@@ -116,7 +121,8 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     comm = _target_comm_ms(node, m, lp, tokens)
     launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
-    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host)
+    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host,
+                   node.kernels_ms(m.small_kernels))
 
 
 def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
@@ -140,7 +146,8 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
-    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host)
+    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host,
+                   node.kernels_ms(d.small_kernels))
 
 
 def _active_params(m: ModelArch) -> float:
