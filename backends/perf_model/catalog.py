@@ -63,6 +63,8 @@ class ModelArch:
     # Bits a non-expert linear weight costs (attention, dense and shared MLPs): 16 for bf16, 8
     # for FP8 checkpoints (DeepSeek-V3, Kimi-K2-Instruct), whose embedding and LM head stay bf16.
     dense_weight_bits: float = 16
+    # Zipf exponent of expert popularity (routing.py); 0 = uniform routing.
+    routing_skew: float = 0.0
 
     @property
     def num_moe_layers(self) -> int:
@@ -203,7 +205,15 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         attn_flops_per_token_ctx_layer=attn_flops,
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         dense_weight_bits=c.get("dense_weight_bits") or _fp8_dense_bits(c) or 16,
+        routing_skew=_routing_skew(c),
     )
+
+
+def _routing_skew(c: dict[str, Any]) -> float:
+    skew = float(c.get("routing_skew", 0.0))
+    if skew < 0:
+        raise CatalogError(f"routing_skew must be >= 0 (0 = uniform routing), got {skew}")
+    return skew
 
 
 def _quantized_bits(c: dict[str, Any]) -> float | None:

@@ -14,14 +14,8 @@ from backends.perf_model import PerfModelBackend
 from backends.perf_model.catalog import load_hardware, load_model
 from backends.perf_model.constants import Efficiency
 from backends.perf_model.predict import step_breakdown
-from backends.perf_model.step import (
-    Node,
-    busiest_rank_experts,
-    draft_forward,
-    expected_distinct_experts,
-    graphed,
-    target_forward,
-)
+from backends.perf_model.routing import busiest_rank_experts, expected_distinct_experts
+from backends.perf_model.step import Node, draft_forward, graphed, target_forward
 
 TP8 = LaunchParams(tp_size=8)
 TP8_EAGER = LaunchParams(tp_size=8, cuda_graph=False)
