@@ -205,3 +205,32 @@ def test_graph_padding_rows_read_no_kv_but_cost_wire_bytes(pcie_node, kimi):
     padded = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True, padded_batch=4)
     assert padded.kv == pytest.approx(3 * 0.112646, rel=1e-5) == real.kv
     assert padded.comm > real.comm
+
+
+# --- small kernels ---------------------------------------------------------------------------
+
+
+def test_small_kernel_counts_by_architecture_by_hand():
+    # Qwen3-8B: 36 GQA layers (5) with dense MLPs (2), bf16
+    assert load_model("qwen3-8b").small_kernels == 36 * (5 + 2)
+    # DeepSeek-V3 FP8: 61 MLA layers (8 + 3 quant), 3 dense MLPs (2 + 2 quant),
+    # 58 MoE blocks with a shared expert (5 + 1 + 2 quant)
+    assert load_model("deepseek-v3-fp8").small_kernels == 61 * 11 + 3 * 4 + 58 * 8
+
+
+def test_small_kernels_cost_their_count_times_the_engines_kernel_time():
+    m = load_model("qwen3-8b")
+    node = Node(load_hardware("rtx-pro-6000-server"), Efficiency(kernel_fixed_us=4.0))
+    fwd = target_forward(node, m, LaunchParams(), 1, 1, CONTEXT, use_graph=True)
+    assert fwd.small_kernels == pytest.approx(252 * 4.0 / 1e3)
+    none = Node(node.hw, Efficiency(kernel_fixed_us=0.0))
+    bare = target_forward(none, m, LaunchParams(), 1, 1, CONTEXT, use_graph=True)
+    assert fwd.device - bare.device == pytest.approx(fwd.small_kernels)
+
+
+def test_kernel_time_is_fitted_per_engine_family():
+    hw = load_hardware("h200-sxm")
+    assert hw.classes("vllm")["kernel_fixed_us"] == "vllm"
+    assert hw.classes("vllm-0.11")["kernel_fixed_us"] == "vllm"
+    assert hw.classes("sglang")["kernel_fixed_us"] == "sglang"
+    assert hw.classes("vllm")["bandwidth_efficiency"] == hw.classes("sglang")["bandwidth_efficiency"]
