@@ -34,6 +34,8 @@ class Hardware:
     link_gbs: float
     collective_latency_us: float
     memory: str = "hbm3e"  # memory kind: its achieved bandwidth efficiency is fitted per kind
+    # A GPU runs kernels while the host launches the next ones; a CPU host does both itself.
+    host_overlaps_device: bool = True
 
     def classes(self, engine: str = "sglang") -> dict[str, str]:
         """The class each fitted constant of this GPU, under ``engine``, is shared within."""

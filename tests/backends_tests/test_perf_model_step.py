@@ -234,3 +234,24 @@ def test_kernel_time_is_fitted_per_engine_family():
     assert hw.classes("vllm-0.11")["kernel_fixed_us"] == "vllm"
     assert hw.classes("sglang")["kernel_fixed_us"] == "sglang"
     assert hw.classes("vllm")["bandwidth_efficiency"] == hw.classes("sglang")["bandwidth_efficiency"]
+
+
+# --- a CPU host ------------------------------------------------------------------------------
+
+
+def test_a_cpu_host_pays_its_dispatch_time_on_top_of_the_kernels_it_runs():
+    """On the CPU the host runs the kernels it dispatches: no overlap, so the whole dispatch
+    time adds to the device time (on a GPU only the part beyond it would)."""
+    from backends.deployment import Deployment
+    from backends.flags import LaunchTarget
+
+    dep = Deployment(gpu="cpu-2core-vm", gpus=1, model="fixtures/tiny_code/target/config.json",
+                     target=LaunchTarget(model_path="t", drafter_path="d"))
+    backend = PerfModelBackend(dep, Efficiency())
+    setup = backend.setup(LaunchParams(cuda_graph=False), Workload(32, 32, (1,)))
+    parts = step_breakdown(setup, 1, 48.0)
+    fwd = target_forward(setup.node, setup.model, setup.lp, 1, 1, 48.0, use_graph=False)
+    assert parts["host_exposed"] == pytest.approx(fwd.host)
+    assert sum(parts.values()) == pytest.approx(fwd.device + fwd.host)
+    gpu = Node(load_hardware("rtx-pro-6000-server"), Efficiency())
+    assert not setup.node.hw.host_overlaps_device and gpu.hw.host_overlaps_device
