@@ -248,7 +248,7 @@ def test_a_cpu_host_pays_its_dispatch_time_on_top_of_the_kernels_it_runs():
     dep = Deployment(gpu="cpu-2core-vm", gpus=1, model="fixtures/tiny_code/target/config.json",
                      target=LaunchTarget(model_path="t", drafter_path="d"))
     backend = PerfModelBackend(dep, Efficiency())
-    setup = backend.setup(LaunchParams(cuda_graph=False), Workload(32, 32, (1,)))
+    setup = backend.setup(LaunchParams(tp_size=1, cuda_graph=False), Workload(32, 32, (1,)))
     parts = step_breakdown(setup, 1, 48.0)
     fwd = target_forward(setup.node, setup.model, setup.lp, 1, 1, 48.0, use_graph=False)
     assert parts["host_exposed"] == pytest.approx(fwd.host)
