@@ -37,7 +37,7 @@ class Hardware:
     # A GPU runs kernels while the host launches the next ones; a CPU host does both itself.
     host_overlaps_device: bool = True
 
-    def classes(self, engine: str = "sglang") -> dict[str, str]:
+    def classes(self, engine: str) -> dict[str, str]:
         """The class each fitted constant of this GPU, under ``engine``, is shared within."""
         return fit_classes(self.memory, self.interconnect, engine)
 
@@ -98,7 +98,10 @@ class ModelArch:
     def small_kernels(self) -> int:
         """Non-GEMM kernels of one forward (constants.SMALL_KERNELS, by block)."""
         k, fp8 = SMALL_KERNELS, self.dense_weight_bits <= 8
-        attn = k["mla"] + fp8 * k["fp8_mla"] if self.kv_heads == 0 else k["gqa"] + fp8 * k["fp8_gqa"]
+        if self.kv_heads == 0:  # MLA
+            attn = k["mla"] + fp8 * k["fp8_mla"]
+        else:
+            attn = k["gqa"] + fp8 * k["fp8_gqa"]
         mlp = k["dense_mlp"] + fp8 * k["fp8_mlp"]
         moe = (k["moe"] + bool(self.shared_expert_params) * k["shared_expert"]
                + fp8 * k["fp8_mlp"])

@@ -112,11 +112,11 @@ class Efficiency:
         return {name: getattr(self, name) for name in self.names()}
 
 
-def fit_classes(memory: str, interconnect: str, engine: str = "sglang") -> dict[str, str]:
+def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
     """The hardware class each constant is shared within: a global fit keeps one value per
     class, so PCIe's collective latency is never used on NVLink, nor GDDR7's efficiency on HBM.
-    Host-side constants (launches, per-round cost) are shared by all; the per-layer kernel time
-    the small-kernel time to the engine family whose kernels run (SGLang's and vLLM's differ)."""
+    Host-side constants (launches, per-round cost) are shared by all; the small-kernel time
+    belongs to the engine family whose kernels run (SGLang's and vLLM's differ)."""
     return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
             "launch_overhead_us": "host", "matmul_fixed_us": "gpu",
             "compute_efficiency": "gpu", "spec_round_us": "host", "spec_request_us": "host",

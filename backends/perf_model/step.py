@@ -146,7 +146,7 @@ def _imbalance(m: ModelArch, lp: LaunchParams) -> float:
     return ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, m.routing_skew)
 
 
-def _active_params(m: ModelArch, imbalance: float = 1.0) -> float:
+def _active_params(m: ModelArch, imbalance: float) -> float:
     """Parameters a token's GEMMs use on the busiest rank (its routed share scaled by the EP
     load imbalance)."""
     routed = m.num_moe_layers * m.top_k * m.expert_params * imbalance
@@ -169,7 +169,7 @@ def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
 
 
 def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int,
-                    imbalance: float = 1.0) -> float:
+                    imbalance: float) -> float:
     """``imbalance``: the busiest EP rank receives that many times the mean dispatch."""
     total = 0.0
     for key, c in target_collectives(m, lp, tokens).items():

@@ -233,7 +233,8 @@ def test_kernel_time_is_fitted_per_engine_family():
     assert hw.classes("vllm")["kernel_fixed_us"] == "vllm"
     assert hw.classes("vllm-0.11")["kernel_fixed_us"] == "vllm"
     assert hw.classes("sglang")["kernel_fixed_us"] == "sglang"
-    assert hw.classes("vllm")["bandwidth_efficiency"] == hw.classes("sglang")["bandwidth_efficiency"]
+    both = hw.classes("vllm"), hw.classes("sglang")
+    assert both[0]["bandwidth_efficiency"] == both[1]["bandwidth_efficiency"]
 
 
 # --- a CPU host ------------------------------------------------------------------------------
