@@ -63,7 +63,7 @@ def test_one_token_touches_top_k_experts_whatever_the_skew():
         assert expected_distinct_experts(384, 8, 1, s) == pytest.approx(8)
 
 
-# Skews below the point where the hottest of 384 experts is picked by every token (~0.9).
+# Skews below the point where the hottest of 384 experts is picked by every token (~1).
 UNSATURATED = (0.0, 0.2, 0.4, 0.6, 0.8)
 
 
