@@ -50,13 +50,17 @@ def rows_under(src: Reference, eff: Efficiency) -> list[Comparison]:
     return compare(model_predictor(src.deployment), eff, src.observations, src.workload)
 
 
+def _efficiency(fit: FitResult, src: Reference) -> Efficiency:
+    return fit.efficiency(src.deployment.gpu, src.deployment.engine)
+
+
 def leave_one_out(sources: list[Reference], starts: int) -> dict[str, list[Comparison]]:
     out = {}
     for group in sorted({s.source_group for s in sources}):
         rest = [s for s in sources if s.source_group != group]
         fitted = fit_sources(rest, starts=starts)
         for src in (s for s in sources if s.source_group == group):
-            out[src.name] = rows_under(src, fitted.efficiency(src.deployment.gpu))
+            out[src.name] = rows_under(src, _efficiency(fitted, src))
     return out
 
 
@@ -111,7 +115,7 @@ def print_report(sources, full, loso, old_rows, results, kv) -> None:
           "leave-one-source-out, pre-issue-15 constants\n")
     for src in sources:
         print(f"{src.name}  [{src.source}]")
-        insample = rows_under(src, full.efficiency(src.deployment.gpu))
+        insample = rows_under(src, _efficiency(full, src))
         for a, b, c in zip(insample, loso[src.name], old_rows[src.name]):
             tag = "" if a.fitted else "  (compared, not fitted)"
             print(f"  {a.name:<34} {a.metric:<12} {a.observed:>10.4g}  in {a.ratio:5.2f}  "

@@ -49,7 +49,7 @@ def fit_study(cfg: Config, holdout: float = 0.0):
         raise ValueError(f"study {cfg.study.name!r} has no successful measured level to fit")
     dep, workload = deployment_from(cfg), workload_from(cfg)
     result = fit_sources([Reference(dep, workload, tuple(fit_obs), name=cfg.study.name)])
-    eff = result.efficiency(dep.gpu, fallback=efficiency_from(cfg))
+    eff = result.efficiency(dep.gpu, dep.engine, fallback=efficiency_from(cfg))
     predict = model_predictor(dep)
     return (eff, result, compare(predict, eff, fit_obs, workload),
             compare(predict, eff, held, workload))

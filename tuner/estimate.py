@@ -79,7 +79,7 @@ def as_json(req: EstimateRequest, rows: Sequence[Measurement]) -> dict:
     from backends.perf_model.shipped import default_efficiency
 
     return {"levels": [_level(m) for m in rows],
-            "constants": default_efficiency(req.gpu).as_dict(),
+            "constants": default_efficiency(req.gpu, req.deployment().engine).as_dict(),
             "launch": req.launch().label()}
 
 

@@ -30,7 +30,8 @@ class PerfModelBackend(Backend):
     def __init__(self, deployment: Deployment, efficiency: Efficiency | None = None) -> None:
         self.deployment = deployment
         hw = load_hardware(deployment.gpu)
-        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu))
+        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu,
+                                                                  deployment.engine))
         self.model = load_model(deployment.model)
         spec = deployment.drafter
         self.drafter = spec and drafter_arch(

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from backends.perf_model.constants import fit_classes
+from backends.perf_model.constants import SMALL_KERNELS, fit_classes
 
 _HERE = Path(__file__).parent
 BF16_BYTES = 2
@@ -34,10 +34,12 @@ class Hardware:
     link_gbs: float
     collective_latency_us: float
     memory: str = "hbm3e"  # memory kind: its achieved bandwidth efficiency is fitted per kind
+    # A GPU runs kernels while the host launches the next ones; a CPU host does both itself.
+    host_overlaps_device: bool = True
 
-    @property
-    def classes(self) -> dict[str, str]:
-        return fit_classes(self.memory, self.interconnect)
+    def classes(self, engine: str) -> dict[str, str]:
+        """The class each fitted constant of this GPU, under ``engine``, is shared within."""
+        return fit_classes(self.memory, self.interconnect, engine)
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,6 +65,8 @@ class ModelArch:
     # Bits a non-expert linear weight costs (attention, dense and shared MLPs): 16 for bf16, 8
     # for FP8 checkpoints (DeepSeek-V3, Kimi-K2-Instruct), whose embedding and LM head stay bf16.
     dense_weight_bits: float = 16
+    # Zipf exponent of expert popularity (routing.py); 0 = uniform routing.
+    routing_skew: float = 0.0
 
     @property
     def num_moe_layers(self) -> int:
@@ -89,6 +93,19 @@ class ModelArch:
         """Bytes a forward streams for the non-expert weights (the LM head in bf16)."""
         return (self.linear_params * self.dense_weight_bits / 8
                 + self.vocab * self.hidden * BF16_BYTES)
+
+    @property
+    def small_kernels(self) -> int:
+        """Non-GEMM kernels of one forward (constants.SMALL_KERNELS, by block)."""
+        k, fp8 = SMALL_KERNELS, self.dense_weight_bits <= 8
+        if self.kv_heads == 0:  # MLA
+            attn = k["mla"] + fp8 * k["fp8_mla"]
+        else:
+            attn = k["gqa"] + fp8 * k["fp8_gqa"]
+        mlp = k["dense_mlp"] + fp8 * k["fp8_mlp"]
+        moe = (k["moe"] + bool(self.shared_expert_params) * k["shared_expert"]
+               + fp8 * k["fp8_mlp"])
+        return self.num_layers * attn + self.num_dense_layers * mlp + self.num_moe_layers * moe
 
     @property
     def expert_bytes(self) -> float:
@@ -118,6 +135,11 @@ class DrafterArch:
     @property
     def weight_bytes(self) -> float:
         return (self.num_layers * self.params_per_layer + self.fc_params) * BF16_BYTES
+
+    @property
+    def small_kernels(self) -> int:
+        """Qwen3-style bf16 layers: GQA attention and a dense MLP (constants.SMALL_KERNELS)."""
+        return self.num_layers * (SMALL_KERNELS["gqa"] + SMALL_KERNELS["dense_mlp"])
 
 
 @cache
@@ -188,7 +210,15 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         attn_flops_per_token_ctx_layer=attn_flops,
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         dense_weight_bits=c.get("dense_weight_bits") or _fp8_dense_bits(c) or 16,
+        routing_skew=_routing_skew(c),
     )
+
+
+def _routing_skew(c: dict[str, Any]) -> float:
+    skew = float(c.get("routing_skew", 0.0))
+    if skew < 0:
+        raise CatalogError(f"routing_skew must be >= 0 (0 = uniform routing), got {skew}")
+    return skew
 
 
 def _quantized_bits(c: dict[str, Any]) -> float | None:

@@ -24,12 +24,24 @@ GRAPH_REPLAY_LAUNCHES = 16
 # host time (scheduling before the first launch, output processing after the sync) is exposed.
 EXPOSED_HOST_FLOOR = 0.3
 MATMULS_PER_ATTENTION = 4  # weight matrices an attention block reads (fused where engines fuse)
+# Small (non-GEMM) kernels of a layer, by block, as engines' decode profiles list them; each costs
+# ``kernel_fixed_us`` of GPU time. GQA attention: input norm, q/k norm, RoPE, KV-cache write,
+# the attention kernel's own fixed part. MLA (absorbed): input norm, q and kv latent norms, RoPE,
+# KV write, attention, the absorbed q and v batched GEMMs. Dense MLP: norm, activation. MoE:
+# norm, router top-k, token sort / align, activation, combine; a shared expert adds its
+# activation. FP8 checkpoints quantise each distinct GEMM input (attention: GQA 2, MLA 3; an
+# MLP or MoE block: 2), one kernel each.
+SMALL_KERNELS = {"gqa": 5, "mla": 8, "dense_mlp": 2, "moe": 5, "shared_expert": 1,
+                 "fp8_gqa": 2, "fp8_mla": 3, "fp8_mlp": 2}
 RUNTIME_RESERVE_GIB = 2.0  # CUDA context, NCCL buffers, allocator slack outside the static pool
 CHUNKED_PREFILL_TOKENS = 8192  # engines' default prefill chunk; sizes the activation workspace
 # Rows at which a tensor-core GEMM reaches half its large-shape efficiency: below a 128-row tile
 # the tile is mostly padding, and few tiles cannot fill every SM (wave quantisation). The
 # saturating form rows / (rows + GEMM_HALF_ROWS) is the simplest curve with both limits.
 GEMM_HALF_ROWS = 64
+
+# Constants whose physical value may be 0 (work some engines do not do at all).
+_MAY_BE_ZERO = frozenset({"spec_round_us", "spec_request_us", "kernel_fixed_us"})
 
 # Physical bounds of each fitted constant (the fit may not leave them).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -38,8 +50,17 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "launch_overhead_us": (3.0, 80.0),  # a CUDA launch is ~3-5 us; Python dispatch adds more
     "matmul_fixed_us": (0.05, 5.0),  # a kernel's tail and prologue, a few us at most
     "compute_efficiency": (0.2, 0.9),  # large bf16 GEMMs reach 60-80% of datasheet
-    "spec_round_us": (0.0, 3000.0),  # verify bookkeeping, accept, KV commit, drafter launches
+    # Verify bookkeeping, accept, KV commit, the drafter's launches, and the scheduler's Python
+    # between the round's synchronisations when it does not overlap them: SGLang's DFlash
+    # without the overlap scheduler rounds in 7.6 ms where its bytes and FLOPs need ~4.3 ms,
+    # and the overlap scheduler alone took ~2 ms a round off (Qwen3-8B on B200, 846 -> 1162
+    # tok/s at the same accept length: sglang pull request #23000). Up to 6 ms.
+    "spec_round_us": (0.0, 6000.0),
     "spec_request_us": (0.0, 300.0),  # the same work per running request (accept walk, KV slots)
+    # A small kernel (a norm, RoPE, a top-k) runs ~2-5 us on the GPU even inside a graph
+    # (ramp-up, one wave, tail, the gap to the next); unfused engines or Python-side glue
+    # kernels may reach ~20 us.
+    "kernel_fixed_us": (0.0, 20.0),
 }
 
 
@@ -65,11 +86,17 @@ class Efficiency:
     # The part of that work done per running request each round (its accept walk, its KV slots
     # committed or rolled back, its output tokens appended): us per request per round.
     spec_request_us: float = 0.0
+    # GPU time of one of the small kernels between a layer's GEMMs (norms, RoPE, activation, the
+    # MoE router, its top-k and token permutation, FP8 activation quantisation: counted per
+    # architecture by ``small_kernels``), which neither bytes nor FLOPs account for: a few us
+    # of ramp-up and tail each, graphs or not. The kernel library decides it, so it is fitted
+    # per engine family (us per kernel). The default is the physical ~3 us of such a kernel.
+    kernel_fixed_us: float = 3.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value < 0 or (value == 0 and not f.name.startswith("spec_")):
+            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
                 raise ValueError(f"{f.name} must be > 0")
         if self.bandwidth_efficiency > 1 or self.compute_efficiency > 1:
             raise ValueError("bandwidth_efficiency and compute_efficiency must be <= 1")
@@ -85,13 +112,21 @@ class Efficiency:
         return {name: getattr(self, name) for name in self.names()}
 
 
-def fit_classes(memory: str, interconnect: str) -> dict[str, str]:
+def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
     """The hardware class each constant is shared within: a global fit keeps one value per
     class, so PCIe's collective latency is never used on NVLink, nor GDDR7's efficiency on HBM.
-    Host-side constants (launches, per-round cost) belong to the engine, shared by all."""
+    Host-side constants (launches, per-round cost) are shared by all; the small-kernel time
+    belongs to the engine family whose kernels run (SGLang's and vLLM's differ)."""
     return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
             "launch_overhead_us": "host", "matmul_fixed_us": "gpu",
-            "compute_efficiency": "gpu", "spec_round_us": "host", "spec_request_us": "host"}
+            "compute_efficiency": "gpu", "spec_round_us": "host", "spec_request_us": "host",
+            "kernel_fixed_us": engine_family(engine)}
+
+
+def engine_family(engine: str) -> str:
+    """vLLM (any version) or SGLang; dflash_core's own engine counts as SGLang's family (its
+    flags and kernels follow SGLang's)."""
+    return "vllm" if engine.lower().startswith("vllm") else "sglang"
 
 
 def _link_family(interconnect: str) -> str:

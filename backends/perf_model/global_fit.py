@@ -26,7 +26,7 @@ from backends.perf_model.references import Reference, model_predictor
 
 # us added before taking the log of a constant that may be 0 (the per-round cost), so that the
 # log stays finite and 0 stays reachable.
-_SHIFT = {"spec_round_us": 20.0, "spec_request_us": 2.0}
+_SHIFT = {"spec_round_us": 20.0, "spec_request_us": 2.0, "kernel_fixed_us": 0.5}
 PRIOR_WEIGHT = 0.05  # a prior residual of log(2) costs like a 3.5% miss on one observation
 NOISE_FLOOR = 0.05  # relative error assumed of a published number, for the standard errors
 WEAK_SE = 0.35  # a log standard error above this (about +-40%) is "not identified"
@@ -85,11 +85,12 @@ class FitResult:
     starts: int
     losses: list[float] = field(default_factory=list)  # each start's final loss
 
-    def efficiency(self, gpu: str, fallback: Efficiency | None = None) -> Efficiency:
-        """The constants of a node with this GPU: its classes' fitted values, the fallback's
-        (or the priors) for a class no source covered."""
+    def efficiency(self, gpu: str, engine: str = "sglang",
+                   fallback: Efficiency | None = None) -> Efficiency:
+        """The constants of a node with this GPU running ``engine``: its classes' fitted
+        values, the fallback's (or the priors) for a class no source covered."""
         base = (fallback or prior_efficiency(gpu)).as_dict()
-        classes = load_hardware(gpu).classes
+        classes = load_hardware(gpu).classes(engine)
         fitted = {n: self.values[f"{n}@{c}"] for n, c in classes.items()
                   if f"{n}@{c}" in self.values}
         return Efficiency(**{**base, **fitted})
@@ -107,7 +108,7 @@ def prior_efficiency(gpu: str) -> Efficiency:
 def constants_of(sources: Sequence[Reference]) -> list[Constant]:
     seen: dict[str, Constant] = {}
     for src in sources:
-        for name, klass in load_hardware(src.deployment.gpu).classes.items():
+        for name, klass in _classes(src).items():
             if name.startswith("spec_") and not any(o.launch.speculative
                                                    for o in src.observations):
                 continue
@@ -148,7 +149,7 @@ class _Residuals:
     def __init__(self, consts: Sequence[Constant], sources: Sequence[Reference]) -> None:
         self.consts = consts
         self.sources = [(src, model_predictor(src.deployment), prior_efficiency(src.deployment.gpu),
-                         load_hardware(src.deployment.gpu).classes) for src in sources]
+                         _classes(src)) for src in sources]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         values = {c.key: c.from_x(v) for c, v in zip(self.consts, x)}
@@ -163,11 +164,15 @@ class _Residuals:
         return np.array(out)
 
 
+def _classes(src: Reference) -> dict[str, str]:
+    return load_hardware(src.deployment.gpu).classes(src.deployment.engine)
+
+
 def _prior_x(consts: Sequence[Constant], sources: Sequence[Reference]) -> np.ndarray:
     priors = {}
     for src in sources:
         prior = prior_efficiency(src.deployment.gpu).as_dict()
-        for name, klass in load_hardware(src.deployment.gpu).classes.items():
+        for name, klass in _classes(src).items():
             priors.setdefault(f"{name}@{klass}", prior[name])
     return np.array([c.to_x(min(max(priors[c.key], BOUNDS[c.name][0]), BOUNDS[c.name][1]))
                      for c in consts])
@@ -212,5 +217,5 @@ def _identify(consts: Sequence[Constant], x: np.ndarray, data: _Residuals, low: 
 
 def fit_reference(ref: Reference) -> tuple[Efficiency, list[Comparison]]:
     """Constants fitted to ``ref`` alone and how each observation compares under them."""
-    eff = fit_sources([ref]).efficiency(ref.deployment.gpu)
+    eff = fit_sources([ref]).efficiency(ref.deployment.gpu, ref.deployment.engine)
     return eff, compare(model_predictor(ref.deployment), eff, ref.observations, ref.workload)

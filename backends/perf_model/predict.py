@@ -38,7 +38,7 @@ def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
     verify = target_forward(s.node, s.model, s.lp, batch, s.lp.verify_tokens, context,
                             use_graph, padded)
     parts = {"weights": verify.weights, "kv": verify.kv, "matmul_fixed": verify.matmul_fixed,
-             "comm": verify.comm}
+             "small_kernels": verify.small_kernels, "comm": verify.comm}
     host = verify.host
     if s.acceptance is not None and s.drafter is not None:
         # SGLang runs the drafter eagerly under attention-DP even with decode graphs on.
@@ -53,8 +53,12 @@ def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
         eff = s.node.eff
         parts["spec_round"] = (eff.spec_round_us + batch * eff.spec_request_us) / 1e3
     # Launches are asynchronous: the host runs ahead of the GPU until the step's one sync, so
-    # only host time beyond the device time shows up in the step.
-    parts["host_exposed"] = max(C.EXPOSED_HOST_FLOOR * host, host - sum(parts.values()))
+    # only host time beyond the device time shows up in the step. A CPU host runs the kernels
+    # it dispatches, so all of its dispatch time adds to theirs.
+    if s.node.hw.host_overlaps_device:
+        parts["host_exposed"] = max(C.EXPOSED_HOST_FLOOR * host, host - sum(parts.values()))
+    else:
+        parts["host_exposed"] = host
     return parts
 
 
@@ -103,5 +107,6 @@ def _prefill_ms(s: Setup, input_len: int, batch: int) -> float:
     rows = min(chunk, prompts * input_len)
     fwd = target_forward(s.node, s.model, s.lp, prompts, rows // prompts, input_len / 2,
                          use_graph=False)
-    per_chunk = max(fwd.device, fwd.host)
+    overlapped = s.node.hw.host_overlaps_device
+    per_chunk = max(fwd.device, fwd.host) if overlapped else fwd.device + fwd.host
     return per_chunk / prompts * max(1.0, input_len / C.CHUNKED_PREFILL_TOKENS)

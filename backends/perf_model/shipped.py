@@ -22,12 +22,13 @@ def _fitted() -> dict[str, float]:
     return dict((yaml.safe_load(FITTED.read_text()) or {}).get("constants") or {})
 
 
-def default_efficiency(gpu: str) -> Efficiency:
-    """The shipped constants for a node with this GPU."""
+def default_efficiency(gpu: str, engine: str = "sglang") -> Efficiency:
+    """The shipped constants for a node with this GPU running ``engine``."""
     hw = load_hardware(gpu)
     base = Efficiency(collective_latency_us=hw.collective_latency_us).as_dict()
     values = _fitted()
-    chosen = {n: values[f"{n}@{k}"] for n, k in hw.classes.items() if f"{n}@{k}" in values}
+    chosen = {n: values[f"{n}@{k}"] for n, k in hw.classes(engine).items()
+              if f"{n}@{k}" in values}
     return Efficiency(**{**base, **chosen})
 
 

@@ -18,6 +18,8 @@ from backends.perf_model.catalog import DrafterArch
 from backends.perf_model.catalog import Hardware
 from backends.perf_model.catalog import ModelArch
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.routing import busiest_rank_experts
+from backends.perf_model.routing import ep_load_imbalance
 from backends.perf_model.traffic import target_collectives
 
 
@@ -56,6 +58,10 @@ class Node:
         wire = (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
         return self.eff.collective_latency_us / 1e3 + wire
 
+    def kernels_ms(self, kernels: int) -> float:
+        """GPU time of ``kernels`` small kernels beyond their bytes and FLOPs (fixed each)."""
+        return kernels * self.eff.kernel_fixed_us / 1e3
+
     def host_ms(self, launches: float) -> float:
         return launches * self.eff.launch_overhead_us / 1e3
 
@@ -69,25 +75,11 @@ class Forward:
     matmul_fixed: float
     comm: float
     host: float
+    small_kernels: float  # the layers' non-GEMM kernels (Efficiency.kernel_fixed_us each)
 
     @property
     def device(self) -> float:
-        return self.weights + self.kv + self.matmul_fixed + self.comm
-
-
-def expected_distinct_experts(num_experts: int, top_k: int, tokens: int) -> float:
-    """Experts touched in one MoE layer when ``tokens`` each pick ``top_k`` (uniform routing)."""
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
-
-
-def busiest_rank_experts(num_experts: int, top_k: int, tokens: int, ep: int) -> float:
-    """Experts the most loaded EP rank holds among those touched: the step waits for it."""
-    touched = expected_distinct_experts(num_experts, top_k, tokens)
-    if ep <= 1:
-        return touched
-    mean = touched / ep
-    # Balls-in-bins maximum load approximation; a rank cannot hold more than its share.
-    return min(num_experts / ep, mean + math.sqrt(2.0 * mean * math.log(ep)))
+        return self.weights + self.kv + self.matmul_fixed + self.comm + self.small_kernels
 
 
 def graphed(lp: LaunchParams, batch: int) -> int | None:
@@ -101,22 +93,25 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     expert reads, but reads no KV (it has no context)."""
     tp = lp.tp_size
     tokens = (padded_batch or batch) * tokens_per_req
-    experts = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size) if m.is_moe else 0
+    experts = (busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, m.routing_skew)
+               if m.is_moe else 0)
+    imbalance = _imbalance(m, lp)
     moe_tp = tp // lp.ep_size
     # Attention-DP replicates the non-expert weights (as memory.py counts them), so each
     # rank streams all of them for its own requests.
     dense_bytes = m.dense_bytes / (1 if lp.enable_dp_attention else tp)
     expert_bytes = m.num_moe_layers * experts * m.expert_bytes / moe_tp
-    linear_flops = 2.0 * tokens * _active_params(m) / tp
+    linear_flops = 2.0 * tokens * _active_params(m, imbalance) / tp
     weights = node.linear_ms(dense_bytes + expert_bytes, linear_flops, tokens)
     kv = _attention_ms(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
                        m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
     matrices = (m.num_layers * C.MATMULS_PER_ATTENTION + 2 * m.num_dense_layers
                 + m.num_moe_layers * (2 * experts + (2 if m.shared_expert_params else 0)) + 1)
-    comm = _target_comm_ms(node, m, lp, tokens)
+    comm = _target_comm_ms(node, m, lp, tokens, imbalance)
     launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
-    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host)
+    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host,
+                   node.kernels_ms(m.small_kernels))
 
 
 def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
@@ -140,11 +135,21 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
-    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host)
+    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host,
+                   node.kernels_ms(d.small_kernels))
 
 
-def _active_params(m: ModelArch) -> float:
-    routed = m.num_moe_layers * m.top_k * m.expert_params
+def _imbalance(m: ModelArch, lp: LaunchParams) -> float:
+    """The busiest EP rank's token load over the mean rank's (routing.ep_load_imbalance)."""
+    if not m.is_moe:
+        return 1.0
+    return ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, m.routing_skew)
+
+
+def _active_params(m: ModelArch, imbalance: float) -> float:
+    """Parameters a token's GEMMs use on the busiest rank (its routed share scaled by the EP
+    load imbalance)."""
+    routed = m.num_moe_layers * m.top_k * m.expert_params * imbalance
     return m.dense_params + routed
 
 
@@ -163,11 +168,13 @@ def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
     return max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))
 
 
-def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int) -> float:
+def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int,
+                    imbalance: float) -> float:
+    """``imbalance``: the busiest EP rank receives that many times the mean dispatch."""
     total = 0.0
     for key, c in target_collectives(m, lp, tokens).items():
         kind, group = c.kind or key, c.group or lp.tp_size
-        each = (node.all_to_all_ms(c.nbytes, group) if kind == "all_to_all"
+        each = (node.all_to_all_ms(c.nbytes * imbalance, group) if kind == "all_to_all"
                 else node.collective_ms(c.nbytes, group, kind == "all_reduce"))
         total += c.count * each
     return total

@@ -14,14 +14,8 @@ from backends.perf_model import PerfModelBackend
 from backends.perf_model.catalog import load_hardware, load_model
 from backends.perf_model.constants import Efficiency
 from backends.perf_model.predict import step_breakdown
-from backends.perf_model.step import (
-    Node,
-    busiest_rank_experts,
-    draft_forward,
-    expected_distinct_experts,
-    graphed,
-    target_forward,
-)
+from backends.perf_model.routing import busiest_rank_experts, expected_distinct_experts
+from backends.perf_model.step import Node, draft_forward, graphed, target_forward
 
 TP8 = LaunchParams(tp_size=8)
 TP8_EAGER = LaunchParams(tp_size=8, cuda_graph=False)
@@ -211,3 +205,54 @@ def test_graph_padding_rows_read_no_kv_but_cost_wire_bytes(pcie_node, kimi):
     padded = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True, padded_batch=4)
     assert padded.kv == pytest.approx(3 * 0.112646, rel=1e-5) == real.kv
     assert padded.comm > real.comm
+
+
+# --- small kernels ---------------------------------------------------------------------------
+
+
+def test_small_kernel_counts_by_architecture_by_hand():
+    # Qwen3-8B: 36 GQA layers (5) with dense MLPs (2), bf16
+    assert load_model("qwen3-8b").small_kernels == 36 * (5 + 2)
+    # DeepSeek-V3 FP8: 61 MLA layers (8 + 3 quant), 3 dense MLPs (2 + 2 quant),
+    # 58 MoE blocks with a shared expert (5 + 1 + 2 quant)
+    assert load_model("deepseek-v3-fp8").small_kernels == 61 * 11 + 3 * 4 + 58 * 8
+
+
+def test_small_kernels_cost_their_count_times_the_engines_kernel_time():
+    m = load_model("qwen3-8b")
+    node = Node(load_hardware("rtx-pro-6000-server"), Efficiency(kernel_fixed_us=4.0))
+    fwd = target_forward(node, m, LaunchParams(), 1, 1, CONTEXT, use_graph=True)
+    assert fwd.small_kernels == pytest.approx(252 * 4.0 / 1e3)
+    none = Node(node.hw, Efficiency(kernel_fixed_us=0.0))
+    bare = target_forward(none, m, LaunchParams(), 1, 1, CONTEXT, use_graph=True)
+    assert fwd.device - bare.device == pytest.approx(fwd.small_kernels)
+
+
+def test_kernel_time_is_fitted_per_engine_family():
+    hw = load_hardware("h200-sxm")
+    assert hw.classes("vllm")["kernel_fixed_us"] == "vllm"
+    assert hw.classes("vllm-0.11")["kernel_fixed_us"] == "vllm"
+    assert hw.classes("sglang")["kernel_fixed_us"] == "sglang"
+    both = hw.classes("vllm"), hw.classes("sglang")
+    assert both[0]["bandwidth_efficiency"] == both[1]["bandwidth_efficiency"]
+
+
+# --- a CPU host ------------------------------------------------------------------------------
+
+
+def test_a_cpu_host_pays_its_dispatch_time_on_top_of_the_kernels_it_runs():
+    """On the CPU the host runs the kernels it dispatches: no overlap, so the whole dispatch
+    time adds to the device time (on a GPU only the part beyond it would)."""
+    from backends.deployment import Deployment
+    from backends.flags import LaunchTarget
+
+    dep = Deployment(gpu="cpu-2core-vm", gpus=1, model="fixtures/tiny_code/target/config.json",
+                     target=LaunchTarget(model_path="t", drafter_path="d"))
+    backend = PerfModelBackend(dep, Efficiency())
+    setup = backend.setup(LaunchParams(tp_size=1, cuda_graph=False), Workload(32, 32, (1,)))
+    parts = step_breakdown(setup, 1, 48.0)
+    fwd = target_forward(setup.node, setup.model, setup.lp, 1, 1, 48.0, use_graph=False)
+    assert parts["host_exposed"] == pytest.approx(fwd.host)
+    assert sum(parts.values()) == pytest.approx(fwd.device + fwd.host)
+    gpu = Node(load_hardware("rtx-pro-6000-server"), Efficiency())
+    assert not setup.node.hw.host_overlaps_device and gpu.hw.host_overlaps_device
