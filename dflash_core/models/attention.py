@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from dflash_core.models.config import ModelConfig
 from dflash_core.models.kv_cache import KVCache
-from dflash_core.models.layers import RMSNorm, apply_rope
+from dflash_core.models.layers import HeadRope, RMSNorm, cast, head_rope, rotate
 from dflash_core.models.step import Step
 
 
@@ -42,7 +42,7 @@ def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
             visible = torch.arange(keys, device=q.device) < prefix_lens[:, None]  # [B, S]
             biases["length", keys] = _additive(visible)[:, None, None]  # [B, 1, 1, S]
         out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], biases["length", keys]))
-    return out.reshape(b, hq, n, v_new.shape[-1]).to(q.dtype)
+    return cast(out.reshape(b, hq, n, v_new.shape[-1]), q.dtype)
 
 
 def _additive(visible: Tensor) -> Tensor:
@@ -51,11 +51,11 @@ def _additive(visible: Tensor) -> Tensor:
 
 def _partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
     """Softmax attention over one key set, with its log-sum-exp for merging (fp32 softmax)."""
-    scores = (qg @ k.transpose(-1, -2)).float() + bias  # [B, Hkv, G*N, S]
+    scores = cast(qg @ k.transpose(-1, -2), torch.float32) + bias  # [B, Hkv, G*N, S]
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # [B, Hkv, G*N, 1]
     # A row with an empty prefix has lse = -inf; clamping makes its weights 0, not NaN.
     probs = torch.exp(scores - lse.clamp_min(torch.finfo(lse.dtype).min))
-    return (probs.to(v.dtype) @ v).float(), lse  # [B, Hkv, G*N, D]
+    return cast(cast(probs, v.dtype) @ v, torch.float32), lse  # [B, Hkv, G*N, D]
 
 
 def _fused_partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
@@ -116,19 +116,22 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def project_q(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        """x: [B, N, H] -> q: [B, Hq, N, D] (normed and rotated)."""
-        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.n_heads)), *rope)
+    def project_q(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]) -> Tensor:
+        """x: [B, N, H] -> q: [B, Hq, N, D] (normed and rotated). `rope`: the forward's HeadRope
+        (or rope_tables' pair, prepared here)."""
+        q = self.q_norm(self._heads(self.q_proj(x), self.n_heads))
+        return rotate(q, head_rope(rope, q.dtype))
 
-    def project_kv(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    def project_kv(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]
+                   ) -> tuple[Tensor, Tensor]:
         """x: [B, N, H] -> k, v: [B, Hkv, N, D] (k normed and rotated)."""
         k = self.k_norm(self._heads(self.k_proj(x), self.n_kv))
-        return apply_rope(k, *rope), self._heads(self.v_proj(x), self.n_kv)
+        return rotate(k, head_rope(rope, k.dtype)), self._heads(self.v_proj(x), self.n_kv)
 
     def project_out(self, out: Tensor) -> Tensor:
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, Hq, N, D] -> [B, N, H]
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], step: Step,
+    def forward(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor], step: Step,
                 cache: KVCache | None, layer: int) -> Tensor:
         """Writes the new K/V to `step.slots` after reading the prefix, so a node never sees
         its own scratch slot through the prefix path. With no cache (training) the new tokens
@@ -139,7 +142,7 @@ class Attention(nn.Module):
         out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused,
                      biases=step.biases)  # [B, Hq, N, D]
         if cache is not None:
-            cache.write(layer, step.slots, k, v)
+            cache.write_at(layer, step.write_index(k), k, v)
         return self.project_out(out)  # [B, N, H]
 
     def _heads(self, x: Tensor, heads: int) -> Tensor:

@@ -42,7 +42,10 @@ class KVCache:
 
     def write(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> None:
         """slots: [B, N]; k, v: [B, Hkv, N, D]."""
-        index = slots[:, None, :, None].expand_as(k)  # [B, Hkv, N, D]
+        self.write_at(layer, scatter_index(slots, k), k, v)
+
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        """index: scatter_index(slots, k), made once per forward for all layers."""
         self.k[layer].scatter_(2, index, k)
         self.v[layer].scatter_(2, index, v)
 
@@ -67,3 +70,8 @@ class KVCache:
     def row(self, b: int) -> KVCache:
         """A batch-1 view of row b (writes go to the shared storage)."""
         return KVCache(self.k[:, b : b + 1], self.v[:, b : b + 1])
+
+
+def scatter_index(slots: Tensor, k: Tensor) -> Tensor:
+    """slots [B, N] -> the scatter index [B, Hkv, N, D] that writes k's nodes at those slots."""
+    return slots[:, None, :, None].expand_as(k)
