@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,36 +41,52 @@ class ServeOptions:
     tp_size: int = 1  # ranks (processes) the target is split over (LaunchParams' names)
     ep_size: int = 1  # expert groups among them
     compile: str = "none"  # EngineConfig.compile
+    engine_thread: bool = False  # the engine loop as a thread of the HTTP process (no split)
 
 
 def build(options: ServeOptions, ranks_out: list | None = None):
-    """-> (EngineLoop, ServerInfo), ready to serve. With tp_size > 1 the engine is rank 0's of
-    ranks started here (appended to `ranks_out`, for the caller to close)."""
+    """-> (EngineLoop, ServerInfo): the engine and the front end in one process (the tests,
+    `--engine-thread`). With tp_size > 1 the engine is rank 0's of ranks started here (appended
+    to `ranks_out`, for the caller to close)."""
+    return build_loop(options, ranks_out), server_info(options)
+
+
+def build_loop(options: ServeOptions, ranks_out: list | None = None, after_round=None):
+    """The EngineLoop, ready to start (EngineLoop's `after_round`)."""
     import torch
-    from tokenizers import Tokenizer
 
     from backends.dflash_server.loop import EngineLoop
-    from backends.dflash_server.protocol import ServerInfo
 
-    target, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
+    _, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
     spec = to_spec(options, drafter.block_size if drafter else None, options.spine)
-    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
     if options.cuda_graph_bs and not engine.config.cuda_graphs:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
                     "CUDA graphs (they need a CUDA device)", options.cuda_graph_bs,
                     options.device)
-    info = ServerInfo(_model_names(options)[0], tokenizer,
-                      tokenizer.token_to_id("<|endoftext|>"), options.max_context,
-                      {k: str(v) if isinstance(v, Path) else v
-                       for k, v in asdict(options).items()},
-                      target.vocab_size, _model_names(options))
-    loop = EngineLoop(engine, spec, options.seed)
+    loop = EngineLoop(engine, spec, options.seed, after_round)
     if engine.config.cuda_graphs:  # before the first request, as servers do
         began = time.perf_counter()
         with torch.inference_mode():
             made = loop.batch.capture()
         log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
-    return loop, info
+    return loop
+
+
+def server_info(options: ServeOptions):
+    """What the front end needs of the model: names, tokenizer, limits (configs only)."""
+    from tokenizers import Tokenizer
+
+    from backends.dflash_server.protocol import ServerInfo
+    from dflash_core.models.architectures import target_config
+    from dflash_core.models.config import read_config
+
+    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
+    return ServerInfo(_model_names(options)[0], tokenizer,
+                      tokenizer.token_to_id("<|endoftext|>"), options.max_context,
+                      {k: str(v) if isinstance(v, Path) else v
+                       for k, v in asdict(options).items()},
+                      target_config(read_config(options.target)).vocab_size,
+                      _model_names(options))
 
 
 def _engine(options: ServeOptions, ranks_out: list):
@@ -119,27 +137,85 @@ def _tokenizer_path(target: Path) -> Path:
 
 
 def serve(options: ServeOptions) -> None:
-    import uvicorn
-
-    from backends.dflash_server.app import build_app
-
-    _configure_logging(options.log_level)
+    """Serve until stopped: the engine here, the front end in its own process (front.py), or
+    both in this one with `engine_thread`."""
+    configure_logging(options.log_level)
     ranks: list = []
     try:
-        loop, info = build(options, ranks)
-        loop.start()
-        config = uvicorn.Config(build_app(loop, info), host=options.host, port=options.port,
-                                log_level=options.log_level, timeout_graceful_shutdown=5)
-        try:
-            _announcing_server(config, info.model_name).run()
-        finally:
-            loop.stop()
+        if options.engine_thread:
+            _serve_in_process(options, ranks)
+        else:
+            code = serve_engine(options, ranks)
+            if code:
+                sys.exit(code)
     finally:
         for handle in ranks:
             handle.close()
 
 
-def _configure_logging(level: str) -> None:
+def _serve_in_process(options: ServeOptions, ranks: list) -> None:
+    from backends.dflash_server.app import build_app
+
+    loop, info = build(options, ranks)
+    loop.start()
+    try:
+        uvicorn_server(options, build_app(loop, info)).run()
+    finally:
+        loop.stop()
+
+
+def serve_engine(options: ServeOptions, ranks: list) -> int:
+    """The engine process: build the engine, start the front end, run rounds until the front
+    end exits (a stop signal here is passed on to it). -> the exit code: the front end's, 1
+    when it was killed."""
+    import multiprocessing
+
+    from backends.dflash_server.bridge import EngineBridge
+    from backends.dflash_server.front import run_front
+
+    ours, theirs = multiprocessing.Pipe()
+    bridge = EngineBridge(ours)
+    loop = build_loop(options, ranks, bridge.after_round)
+    # spawn, not fork: this process holds torch's thread pool and the ranks' watchdog thread.
+    front = multiprocessing.get_context("spawn").Process(
+        target=run_front, args=(options, theirs), name="dflash-front")
+    stopping = _stop_signals()
+    front.start()
+    theirs.close()  # the front end's alone, so its exit reads as EOF here and ours as EOF there
+    bridge.start(loop)
+    loop.start()
+    try:
+        while front.is_alive():
+            front.join(0.2)
+            if stopping.is_set():
+                front.terminate()  # uvicorn's graceful stop; a second SIGTERM changes nothing
+                stopping.clear()
+    finally:
+        loop.stop()
+        ours.close()
+    code = front.exitcode
+    return code if code is None or code >= 0 else 1
+
+
+def _stop_signals() -> threading.Event:
+    """SIGTERM and SIGINT set the event instead of ending the engine mid-round."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    return stopping
+
+
+def uvicorn_server(options: ServeOptions, app, model_name: str | None = None):
+    """A uvicorn Server for `app` as the options say; `run()` serves until it is stopped (or
+    its `should_exit` is set)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=options.host, port=options.port,
+                            log_level=options.log_level, timeout_graceful_shutdown=5)
+    return _announcing_server(config, model_name or _model_names(options)[0])
+
+
+def configure_logging(level: str) -> None:
     """Our logger at uvicorn's level (its default, warning, keeps a server quiet)."""
     ours = logging.getLogger("dflash_tune")
     if not ours.handlers:
