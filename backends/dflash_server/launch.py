@@ -1,4 +1,5 @@
-"""Load the checkpoints, build the engine and its loop, and serve the app under uvicorn."""
+"""Load the checkpoints, build the engine and its loop, and serve: the engine here, the HTTP
+front end in its own process (front.py), or both in one (`--engine-thread`, the tests)."""
 
 from __future__ import annotations
 
@@ -7,41 +8,12 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from backends.dflash_server.front import configure_logging, server_info, uvicorn_server
+from backends.dflash_server.options import ServeOptions
 from backends.launch_params import to_spec
 
 log = logging.getLogger("dflash_tune.serve")
-
-
-@dataclass(slots=True)
-class ServeOptions:
-    """Launch options. The speculation knobs carry the tuning names (LaunchParams fields);
-    `backends.flags.dflash.FLAGS` spells them on the command line."""
-
-    target: Path
-    drafter: Path | None = None
-    speculative_algorithm: str = "none"  # none | dflash | ddtree
-    speculative_dflash_block_size: int | None = None  # None: the drafter's trained block
-    speculative_ddtree_budget: int = 32
-    speculative_ddtree_topk: int = 0  # 0: no cap (a depth never holds more than the budget)
-    speculative_ddtree_max_depth: int = 0  # 0: block size - 1
-    spine: bool = False
-    max_running_requests: int = 8
-    max_context: int = 2048
-    cuda_graph_bs: list[int] = field(default_factory=list)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    device: str = "cpu"
-    dtype: str = "float32"
-    served_model_name: str | None = None
-    seed: int = 0
-    log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
-    tp_size: int = 1  # ranks (processes) the target is split over (LaunchParams' names)
-    ep_size: int = 1  # expert groups among them
-    compile: str = "none"  # EngineConfig.compile
-    engine_thread: bool = False  # the engine loop as a thread of the HTTP process (no split)
 
 
 def build(options: ServeOptions, ranks_out: list | None = None):
@@ -72,23 +44,6 @@ def build_loop(options: ServeOptions, ranks_out: list | None = None, after_round
     return loop
 
 
-def server_info(options: ServeOptions):
-    """What the front end needs of the model: names, tokenizer, limits (configs only)."""
-    from tokenizers import Tokenizer
-
-    from backends.dflash_server.protocol import ServerInfo
-    from dflash_core.models.architectures import target_config
-    from dflash_core.models.config import read_config
-
-    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
-    return ServerInfo(_model_names(options)[0], tokenizer,
-                      tokenizer.token_to_id("<|endoftext|>"), options.max_context,
-                      {k: str(v) if isinstance(v, Path) else v
-                       for k, v in asdict(options).items()},
-                      target_config(read_config(options.target)).vocab_size,
-                      _model_names(options))
-
-
 def _engine(options: ServeOptions, ranks_out: list):
     """-> (target config, drafter config or None, engine). Rank 0 of several reads only the
     configs here: its weights are its shard, loaded by the ranks."""
@@ -117,23 +72,6 @@ def _engine(options: ServeOptions, ranks_out: list):
                           options.device, limits)
     ranks_out.append(Ranks(recipe, exit_on_death=True))
     return target_cfg, drafter_cfg, ranks_out[-1].engine
-
-
-def _model_names(options: ServeOptions) -> tuple[str, ...]:
-    """What a request's `model` may say: the served name if one was given; else the target
-    folder's name, or its path as given or resolved (vLLM's default name is the path, and the
-    tuner's load generator sends it)."""
-    if options.served_model_name:
-        return (options.served_model_name,)
-    target = Path(options.target)
-    return tuple(dict.fromkeys((target.name, str(options.target), str(target.resolve()))))
-
-
-def _tokenizer_path(target: Path) -> Path:
-    path = Path(target) / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found (the server needs a tokenizer)")
-    return path
 
 
 def serve(options: ServeOptions) -> None:
@@ -203,40 +141,3 @@ def _stop_signals() -> threading.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
     return stopping
-
-
-def uvicorn_server(options: ServeOptions, app, model_name: str | None = None):
-    """A uvicorn Server for `app` as the options say; `run()` serves until it is stopped (or
-    its `should_exit` is set)."""
-    import uvicorn
-
-    config = uvicorn.Config(app, host=options.host, port=options.port,
-                            log_level=options.log_level, timeout_graceful_shutdown=5)
-    return _announcing_server(config, model_name or _model_names(options)[0])
-
-
-def configure_logging(level: str) -> None:
-    """Our logger at uvicorn's level (its default, warning, keeps a server quiet)."""
-    ours = logging.getLogger("dflash_tune")
-    if not ours.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
-        ours.addHandler(handler)
-    ours.setLevel("DEBUG" if level == "trace" else level.upper())
-
-
-def _announcing_server(config, model: str):
-    """A uvicorn Server that prints where it listens once its sockets are bound (so a port 0
-    shows the real one), whatever the log level; a bind that fails prints uvicorn's error."""
-    import uvicorn
-
-    class AnnouncingServer(uvicorn.Server):
-        async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if self.started:
-                host, port = self.servers[0].sockets[0].getsockname()[:2]
-                shown = f"[{host}]" if ":" in host else host
-                print(f"dflash-tune serve: listening on http://{shown}:{port} (model {model})",
-                      file=sys.stderr, flush=True)
-
-    return AnnouncingServer(config)
