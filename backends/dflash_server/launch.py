@@ -132,6 +132,9 @@ def serve_engine(options: ServeOptions, ranks: list) -> int:
         loop.stop()
         ours.close()
     code = front.exitcode
+    if code:
+        print(f"dflash-tune serve: the front-end process exited (code {code}); the engine "
+              "stops with it", file=sys.stderr, flush=True)
     return code if code is None or code >= 0 else 1
 
 
