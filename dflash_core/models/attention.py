@@ -29,19 +29,28 @@ def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
     forward instead of once per layer. Returns [B, Hq, N, Dv]."""
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
-    part = _fused_partial if fused else _partial
     scale = d**-0.5 if scale is None else scale
     qg = q.reshape(b, -1, groups * n, d) * scale  # [B, Hkv, G*N, D]: row g*N + n
     biases = {} if biases is None else biases
     if ("tree", groups) not in biases:
         biases["tree", groups] = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B,1,G*N,N]
-    out, lse = part(qg, k_new, v_new, biases["tree", groups])
-    if prefix is not None and prefix[0].shape[2]:
-        keys = prefix[0].shape[2]
-        if ("length", keys) not in biases:
-            visible = torch.arange(keys, device=q.device) < prefix_lens[:, None]  # [B, S]
-            biases["length", keys] = _additive(visible)[:, None, None]  # [B, 1, 1, S]
-        out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], biases["length", keys]))
+    tree = biases["tree", groups]
+    keys = prefix[0].shape[2] if prefix is not None else 0
+    if keys and ("length", keys) not in biases:
+        visible = torch.arange(keys, device=q.device) < prefix_lens[:, None]  # [B, S]
+        biases["length", keys] = _additive(visible)[:, None, None]  # [B, 1, 1, S]
+    if not fused and not keys:
+        out, _ = _partial(qg, k_new, v_new, tree)
+    elif not fused:
+        if ("joint", groups, keys) not in biases:
+            length = biases["length", keys].expand(-1, -1, tree.shape[2], -1)
+            biases["joint", groups, keys] = torch.cat([length, tree], -1)  # [B,1,G*N,S+N]
+        out = _joint(qg, prefix, k_new, v_new, biases["joint", groups, keys])
+    else:
+        out, lse = _fused_partial(qg, k_new, v_new, tree)
+        if keys:
+            out, lse = _merge(out, lse, *_fused_partial(qg, prefix[0], prefix[1],
+                                                        biases["length", keys]))
     return cast(out.reshape(b, hq, n, v_new.shape[-1]), q.dtype)
 
 
@@ -56,6 +65,19 @@ def _partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Te
     # A row with an empty prefix has lse = -inf; clamping makes its weights 0, not NaN.
     probs = torch.exp(scores - lse.clamp_min(torch.finfo(lse.dtype).min))
     return cast(cast(probs, v.dtype) @ v, torch.float32), lse  # [B, Hkv, G*N, D]
+
+
+def _joint(qg: Tensor, prefix: tuple[Tensor, Tensor], k_new: Tensor, v_new: Tensor,
+           bias: Tensor) -> Tensor:
+    """One fp32 softmax over the prefix keys and the new ones side by side: fewer ops than two
+    `_partial`s and a merge. The scores are [B, Hkv, G*N, S+N]; the prefix K/V are read in
+    place, never concatenated with the new ones. bias: the forward's [B, 1, G*N, S+N].
+    -> [B, Hkv, G*N, Dv] fp32."""
+    keys = prefix[0].shape[2]
+    scores = torch.cat([qg @ prefix[0].transpose(-1, -2), qg @ k_new.transpose(-1, -2)], -1)
+    probs = cast(torch.softmax(cast(scores, torch.float32) + bias, -1), v_new.dtype)
+    return (cast(probs[..., :keys] @ prefix[1], torch.float32)
+            + cast(probs[..., keys:] @ v_new, torch.float32))
 
 
 def _fused_partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
