@@ -3,7 +3,8 @@
 The prefix part runs with no per-node mask: every new token of a row sees that row's whole
 committed prefix, so one grouped matmul reads each prefix K/V once for all N tokens and all the
 query heads sharing it (GQA heads are grouped by a view, never copied). Only the N x N part among
-the new tokens is masked. The two partial softmaxes are merged by their log-sum-exp.
+the new tokens is masked. The two score blocks share one softmax (explicit matmuls), or, with
+PyTorch's fused kernels, the two partial softmaxes are merged by their log-sum-exp.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
 
     ``fused`` computes each part with PyTorch's fused attention kernel (flash on CPU,
     memory-efficient on CUDA: no [.., N, S] score tensor) instead of explicit matmuls.
-    ``biases``, a forward's memo (Step.biases), makes the mask and prefix-length biases once per
-    forward instead of once per layer. Returns [B, Hq, N, Dv]."""
+    ``biases``, a forward's memo (Step.biases), makes the mask, prefix-length and joint biases
+    once per forward instead of once per layer. Returns [B, Hq, N, Dv]."""
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
     scale = d**-0.5 if scale is None else scale

@@ -21,7 +21,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # One fused op in fp32 (x * rsqrt(mean(x^2) + eps) * weight, bit for bit the formula).
+        # One op in fp32: on CPU bit for bit x * rsqrt(mean(x^2) + eps) * weight (tested).
         # Otherwise normalise in fp32 as Qwen3 does (bf16 variance loses the small components)
         # and round before the weight, as Qwen3 does.
         if x.dtype == torch.float32 == self.weight.dtype:
