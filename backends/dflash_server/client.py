@@ -43,6 +43,8 @@ class EngineClient:
         self._tickets[ticket_id] = ticket
         ticket.on_cancel = lambda: self._cancel(ticket_id)
         self._send(("submit", ticket_id, ticket.prompt, ticket.sampling, ticket.top_logprobs))
+        if self.lost and self._tickets.pop(ticket_id, None) is not None:  # lost meanwhile
+            ticket.fail(self.error)
 
     def check_prompts(self, prompts: list[list[int]]) -> list[list[int]]:
         return checked_prompts(prompts, self.info.vocab_size, self.info.max_context)
@@ -73,7 +75,7 @@ class EngineClient:
                 if ticket is None:  # cancelled: its client has gone
                     continue
                 if event.finish:
-                    del self._tickets[ticket_id]
+                    self._tickets.pop(ticket_id, None)  # (a cancel may have popped it meanwhile)
                 ticket.push(event)
 
     def _lose(self) -> None:
