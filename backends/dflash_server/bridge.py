@@ -43,7 +43,7 @@ class EngineBridge:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.outbox: list[tuple[int, Event]] = []  # RemoteTickets append; only _flush takes
+        self.outbox: list[tuple[int, Event]] = []  # RemoteTickets append, after_round takes
         self._tickets: dict[int, RemoteTicket] = {}  # id -> live ticket
         self._sent: tuple = ((), None)  # the counters and error the front end last heard
         self._flush_lock = threading.Lock()  # the engine thread, or the reader once it stopped
@@ -65,7 +65,8 @@ class EngineBridge:
             for ticket_id, event in events:
                 if event.finish:
                     self._tickets.pop(ticket_id, None)
-            self._send(("round", *state[:1], events, state[1]))
+            counters, error = state
+            self._send(("round", counters, events, error))
             self._sent = state
 
     def _read(self) -> None:
@@ -76,8 +77,10 @@ class EngineBridge:
                 return
             if message[0] == "submit":
                 self._submit(*message[1:])
-            elif message[0] == "cancel" and message[1] in self._tickets:
-                self._tickets.pop(message[1]).cancel()
+            elif message[0] == "cancel":
+                ticket = self._tickets.pop(message[1], None)  # None: it has finished
+                if ticket is not None:
+                    ticket.cancel()
 
     def _submit(self, ticket_id: int, prompt: list[int], sampling, top_logprobs) -> None:
         ticket = RemoteTicket(prompt, sampling, None, top_logprobs, id=ticket_id,
