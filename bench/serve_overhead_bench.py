@@ -1,18 +1,22 @@
 """HTTP serving overhead: `dflash-tune serve` vs the in-process engine on the tiny pair.
 
-Both run the same engine configuration on the same prompts at the same concurrency; the serve
-side goes through a real server process, the async load generator and streaming HTTP. Repeats
-alternate the two so drift hits both; medians are reported. CPU only (where this project's CI
+All run the same engine configuration on the same prompts at the same concurrency; the serve
+sides go through a real server, the async load generator and streaming HTTP: "serve" as shipped
+(the engine in its own process, the HTTP front end in another) and "serve thread" with
+`--engine-thread` (both in one process, as before issue 18's split). Repeats alternate the
+three so drift hits all; medians are reported. CPU only (where this project's CI
 runs), so absolute tok/s say little; the ratio is the point (issue 6 target: serve >= 85% of
 in-process at concurrency 8).
 
-    python bench/serve_overhead_bench.py [--repeats 3] [--concurrency 8] [--json OUT]
+    python bench/serve_overhead_bench.py [--repeats 3] [--concurrency 8] [--configs plain,...]
+        [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -22,6 +26,7 @@ import torch
 
 from backends import Deployment, LaunchParams, Workload, get_backend
 from backends.flags import LaunchTarget
+from backends.serving import DFlashServeBackend
 from dflash_core.training.pair import ensure_pair
 
 CONFIGS = {
@@ -41,38 +46,53 @@ def deployment() -> Deployment:
                       target=target, engine="dflash")
 
 
-def run(repeats: int, concurrency: int, requests: int) -> list[dict]:
+class ThreadServeBackend(DFlashServeBackend):
+    """`dflash-tune serve --engine-thread`: the engine loop a thread of the HTTP process."""
+
+    def executable(self, argv: list[str]) -> list[str]:
+        return [*super().executable(argv), "--engine-thread"]
+
+
+def run(repeats: int, concurrency: int, requests: int, configs: list[str]) -> list[dict]:
     dep = deployment()
     backends = {"inprocess": get_backend("inprocess", dep, requests_per_level=requests),
-                "serve": get_backend("serve", dep, requests_per_level=requests)}
+                "serve": get_backend("serve", dep, requests_per_level=requests),
+                "serve thread": ThreadServeBackend(dep, requests_per_level=requests)}
     workload = Workload(input_len=64, output_len=64, concurrency=(concurrency,))
     rows = []
-    for name, params in CONFIGS.items():
-        tok_s: dict[str, list[float]] = {"inprocess": [], "serve": []}
-        accept: dict[str, list[float]] = {"inprocess": [], "serve": []}
+    for name in configs:
+        params = CONFIGS[name]
+        tok_s: dict[str, list[float]] = {kind: [] for kind in backends}
+        accept: dict[str, list[float]] = {kind: [] for kind in backends}
         for _ in range(repeats):
             for kind, backend in backends.items():
                 (m,) = backend.measure(LaunchParams(**params), workload)
                 assert m.ok, m.log_excerpt
                 tok_s[kind].append(m.output_tok_s)
                 accept[kind].append(m.accept_len_mean or 1.0)
-        inproc, serve = (statistics.median(tok_s[k]) for k in ("inprocess", "serve"))
+        inproc, serve, thread = (statistics.median(tok_s[k]) for k in backends)
         rows.append({"config": name, "inprocess_tok_s": round(inproc, 1),
                      "serve_tok_s": round(serve, 1), "ratio": round(serve / inproc, 3),
+                     "thread_tok_s": round(thread, 1), "thread_ratio": round(thread / inproc, 3),
                      "accept_inprocess": round(statistics.median(accept["inprocess"]), 2),
                      "accept_serve": round(statistics.median(accept["serve"]), 2),
                      "ratios_each_repeat": [round(s / i, 3) for s, i in
-                                            zip(tok_s["serve"], tok_s["inprocess"])]})
+                                            zip(tok_s["serve"], tok_s["inprocess"])],
+                     "thread_ratios_each_repeat": [round(s / i, 3) for s, i in
+                                                   zip(tok_s["serve thread"],
+                                                       tok_s["inprocess"])]})
     return rows
 
 
 def markdown(rows: list[dict], concurrency: int) -> str:
     lines = [f"| config (concurrency {concurrency}) | in-process tok/s | serve tok/s | "
-             "serve / in-process | tau in-process | tau serve | ratio per repeat |",
-             "|---|---|---|---|---|---|---|"]
+             "serve / in-process | serve thread tok/s | thread / in-process | tau in-process | "
+             "tau serve | ratio per repeat (serve; thread) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['config']} | {r['inprocess_tok_s']} | {r['serve_tok_s']} | {r['ratio']} | "
-              f"{r['accept_inprocess']} | {r['accept_serve']} | {r['ratios_each_repeat']} |"
-              for r in rows]
+              f"{r['thread_tok_s']} | {r['thread_ratio']} | {r['accept_inprocess']} | "
+              f"{r['accept_serve']} | {r['ratios_each_repeat']}; "
+              f"{r['thread_ratios_each_repeat']} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -81,14 +101,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     began = time.perf_counter()
-    rows = run(args.repeats, args.concurrency, args.requests)
+    rows = run(args.repeats, args.concurrency, args.requests, args.configs.split(","))
     print(markdown(rows, args.concurrency))
     print(f"\n{args.requests} requests x 64 in / 64 out tokens per measurement, medians of "
           f"{args.repeats} alternating repeats; {platform.machine()}, "
-          f"{torch.get_num_threads()} threads; {time.perf_counter() - began:.0f} s")
+          f"{torch.get_num_threads()} threads; load {os.getloadavg()[0]:.1f} at the end; "
+          f"{time.perf_counter() - began:.0f} s")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

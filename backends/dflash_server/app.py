@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from backends.dflash_server.loop import EngineLoop, Ticket
+from backends.dflash_server.loop import Counters, Ticket
 from backends.dflash_server.metrics import render_metrics
 from backends.dflash_server.protocol import BadRequest, Job, ServerInfo, UnknownModel, parse
 from backends.dflash_server.reply import Reply, error_body
@@ -25,7 +26,19 @@ __all__ = ["ServerInfo", "build_app"]
 CLIENT_CLOSED = 499  # nginx's status for a client that left; nobody reads it
 
 
-def build_app(loop: EngineLoop, info: ServerInfo) -> Starlette:
+class EngineDoor(Protocol):
+    """What the routes need of the engine: the in-process EngineLoop, or the EngineClient of
+    an engine in another process."""
+
+    counters: Counters
+    error: str | None
+
+    def submit(self, ticket: Ticket) -> None: ...
+
+    def check_prompts(self, prompts: list[list[int]]) -> list[list[int]]: ...
+
+
+def build_app(loop: EngineDoor, info: ServerInfo) -> Starlette:
     async def health(_: Request) -> Response:
         if loop.error:
             return JSONResponse({"status": "error", "error": loop.error}, status_code=503)
@@ -53,7 +66,7 @@ def build_app(loop: EngineLoop, info: ServerInfo) -> Starlette:
     ])
 
 
-async def _generate(request: Request, loop: EngineLoop, info: ServerInfo, chat: bool) -> Response:
+async def _generate(request: Request, loop: EngineDoor, info: ServerInfo, chat: bool) -> Response:
     try:
         job = await _job(request, loop, info, chat)
     except UnknownModel as error:
@@ -72,14 +85,14 @@ async def _generate(request: Request, loop: EngineLoop, info: ServerInfo, chat: 
     return await _unless_client_leaves(request, ticket, _collect(ticket, reply))
 
 
-async def _job(request: Request, loop: EngineLoop, info: ServerInfo, chat: bool) -> Job:
+async def _job(request: Request, loop: EngineDoor, info: ServerInfo, chat: bool) -> Job:
     try:
         body = json.loads(await request.body())
     except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, nested past recursion
         raise BadRequest(f"the request body is not valid JSON: {error}"[:200]) from None
     job = parse(body, info, chat)
     try:  # here, not on the engine thread, which serves everyone
-        loop.engine.check_prompts([job.prompt])
+        loop.check_prompts([job.prompt])
     except ValueError as error:
         raise BadRequest(str(error), "messages" if chat else "prompt") from None
     return job
@@ -99,7 +112,7 @@ async def _stream(ticket: Ticket, reply: Reply) -> AsyncIterator[str]:
                 yield _sse(reply.usage_chunk())
         yield "data: [DONE]\n\n"
     finally:
-        ticket.cancelled = True  # a client that left frees its row; a no-op once finished
+        ticket.cancel()  # a client that left frees its row; a no-op once finished
 
 
 async def _collect(ticket: Ticket, reply: Reply) -> Response:
@@ -119,7 +132,7 @@ async def _unless_client_leaves(request: Request, ticket: Ticket,
     try:
         done, _ = await asyncio.wait({answer, left}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        ticket.cancelled = True
+        ticket.cancel()
         for task in (answer, left):
             task.cancel()  # a no-op for the one that finished
     return answer.result() if answer in done else Response(status_code=CLIENT_CLOSED)

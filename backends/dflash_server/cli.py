@@ -69,7 +69,10 @@ def serve(
         log_level: Annotated[LogLevel, typer.Option(
             help="uvicorn's log level; info adds the access log. The line saying where the "
                  "server listens is printed at every level.")] = LogLevel.warning,
-        compile: Compile = "none") -> None:
+        compile: Compile = "none",
+        engine_thread: Annotated[bool, typer.Option(help=(
+            "Run the engine loop as a thread of the HTTP process instead of in its own "
+            "process (one GIL for both; for comparison)."))] = False) -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
 
@@ -84,7 +87,7 @@ def serve(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
         speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
         max_context, graphs, host, port, device, dtype, served_model_name, seed,
-        log_level.value, tp_size, ep_size, compile))
+        log_level.value, tp_size, ep_size, compile, engine_thread))
 
 
 def main() -> None:

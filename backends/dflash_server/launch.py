@@ -1,74 +1,47 @@
-"""Load the checkpoints, build the engine and its loop, and serve the app under uvicorn."""
+"""Load the checkpoints, build the engine and its loop, and serve: the engine here, the HTTP
+front end in its own process (front.py), or both in one (`--engine-thread`, the tests)."""
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from backends.dflash_server.front import configure_logging, server_info, uvicorn_server
+from backends.dflash_server.options import ServeOptions
 from backends.launch_params import to_spec
 
 log = logging.getLogger("dflash_tune.serve")
 
 
-@dataclass(slots=True)
-class ServeOptions:
-    """Launch options. The speculation knobs carry the tuning names (LaunchParams fields);
-    `backends.flags.dflash.FLAGS` spells them on the command line."""
-
-    target: Path
-    drafter: Path | None = None
-    speculative_algorithm: str = "none"  # none | dflash | ddtree
-    speculative_dflash_block_size: int | None = None  # None: the drafter's trained block
-    speculative_ddtree_budget: int = 32
-    speculative_ddtree_topk: int = 0  # 0: no cap (a depth never holds more than the budget)
-    speculative_ddtree_max_depth: int = 0  # 0: block size - 1
-    spine: bool = False
-    max_running_requests: int = 8
-    max_context: int = 2048
-    cuda_graph_bs: list[int] = field(default_factory=list)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    device: str = "cpu"
-    dtype: str = "float32"
-    served_model_name: str | None = None
-    seed: int = 0
-    log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
-    tp_size: int = 1  # ranks (processes) the target is split over (LaunchParams' names)
-    ep_size: int = 1  # expert groups among them
-    compile: str = "none"  # EngineConfig.compile
-
-
 def build(options: ServeOptions, ranks_out: list | None = None):
-    """-> (EngineLoop, ServerInfo), ready to serve. With tp_size > 1 the engine is rank 0's of
-    ranks started here (appended to `ranks_out`, for the caller to close)."""
+    """-> (EngineLoop, ServerInfo): the engine and the front end in one process (the tests,
+    `--engine-thread`). With tp_size > 1 the engine is rank 0's of ranks started here (appended
+    to `ranks_out`, for the caller to close)."""
+    return build_loop(options, ranks_out), server_info(options)
+
+
+def build_loop(options: ServeOptions, ranks_out: list | None = None, after_round=None):
+    """The EngineLoop, ready to start (EngineLoop's `after_round`)."""
     import torch
-    from tokenizers import Tokenizer
 
     from backends.dflash_server.loop import EngineLoop
-    from backends.dflash_server.protocol import ServerInfo
 
-    target, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
+    _, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
     spec = to_spec(options, drafter.block_size if drafter else None, options.spine)
-    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
     if options.cuda_graph_bs and not engine.config.cuda_graphs:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
                     "CUDA graphs (they need a CUDA device)", options.cuda_graph_bs,
                     options.device)
-    info = ServerInfo(_model_names(options)[0], tokenizer,
-                      tokenizer.token_to_id("<|endoftext|>"), options.max_context,
-                      {k: str(v) if isinstance(v, Path) else v
-                       for k, v in asdict(options).items()},
-                      target.vocab_size, _model_names(options))
-    loop = EngineLoop(engine, spec, options.seed)
+    loop = EngineLoop(engine, spec, options.seed, after_round)
     if engine.config.cuda_graphs:  # before the first request, as servers do
         began = time.perf_counter()
         with torch.inference_mode():
             made = loop.batch.capture()
         log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
-    return loop, info
+    return loop
 
 
 def _engine(options: ServeOptions, ranks_out: list):
@@ -102,66 +75,73 @@ def _engine(options: ServeOptions, ranks_out: list):
     return target_cfg, drafter_cfg, ranks_out[-1].engine
 
 
-def _model_names(options: ServeOptions) -> tuple[str, ...]:
-    """What a request's `model` may say: the served name if one was given; else the target
-    folder's name, or its path as given or resolved (vLLM's default name is the path, and the
-    tuner's load generator sends it)."""
-    if options.served_model_name:
-        return (options.served_model_name,)
-    target = Path(options.target)
-    return tuple(dict.fromkeys((target.name, str(options.target), str(target.resolve()))))
-
-
-def _tokenizer_path(target: Path) -> Path:
-    path = Path(target) / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found (the server needs a tokenizer)")
-    return path
-
-
 def serve(options: ServeOptions) -> None:
-    import uvicorn
-
-    from backends.dflash_server.app import build_app
-
-    _configure_logging(options.log_level)
+    """Serve until stopped: the engine here, the front end in its own process (front.py), or
+    both in this one with `engine_thread`."""
+    configure_logging(options.log_level)
     ranks: list = []
     try:
-        loop, info = build(options, ranks)
-        loop.start()
-        config = uvicorn.Config(build_app(loop, info), host=options.host, port=options.port,
-                                log_level=options.log_level, timeout_graceful_shutdown=5)
-        try:
-            _announcing_server(config, info.model_name).run()
-        finally:
-            loop.stop()
+        if options.engine_thread:
+            _serve_in_process(options, ranks)
+        else:
+            code = serve_engine(options, ranks)
+            if code:
+                sys.exit(code)
     finally:
         for handle in ranks:
             handle.close()
 
 
-def _configure_logging(level: str) -> None:
-    """Our logger at uvicorn's level (its default, warning, keeps a server quiet)."""
-    ours = logging.getLogger("dflash_tune")
-    if not ours.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
-        ours.addHandler(handler)
-    ours.setLevel("DEBUG" if level == "trace" else level.upper())
+def _serve_in_process(options: ServeOptions, ranks: list) -> None:
+    from backends.dflash_server.app import build_app
+
+    loop, info = build(options, ranks)
+    loop.start()
+    try:
+        uvicorn_server(options, build_app(loop, info)).run()
+    finally:
+        loop.stop()
 
 
-def _announcing_server(config, model: str):
-    """A uvicorn Server that prints where it listens once its sockets are bound (so a port 0
-    shows the real one), whatever the log level; a bind that fails prints uvicorn's error."""
-    import uvicorn
+def serve_engine(options: ServeOptions, ranks: list) -> int:
+    """The engine process: build the engine, start the front end, run rounds until the front
+    end exits (a stop signal here is passed on to it). -> the exit code: the front end's, 1
+    when it was killed."""
+    import multiprocessing
 
-    class AnnouncingServer(uvicorn.Server):
-        async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if self.started:
-                host, port = self.servers[0].sockets[0].getsockname()[:2]
-                shown = f"[{host}]" if ":" in host else host
-                print(f"dflash-tune serve: listening on http://{shown}:{port} (model {model})",
-                      file=sys.stderr, flush=True)
+    from backends.dflash_server.bridge import EngineBridge
+    from backends.dflash_server.front import run_front
 
-    return AnnouncingServer(config)
+    ours, theirs = multiprocessing.Pipe()
+    bridge = EngineBridge(ours)
+    loop = build_loop(options, ranks, bridge.after_round)
+    # spawn, not fork: this process holds torch's thread pool and the ranks' watchdog thread.
+    front = multiprocessing.get_context("spawn").Process(
+        target=run_front, args=(options, theirs), name="dflash-front")
+    stopping = _stop_signals()
+    front.start()
+    theirs.close()  # the front end's alone, so its exit reads as EOF here and ours as EOF there
+    bridge.start(loop)
+    loop.start()
+    try:
+        while front.is_alive():
+            front.join(0.2)
+            if stopping.is_set():
+                front.terminate()  # uvicorn's graceful stop; a second SIGTERM changes nothing
+                stopping.clear()
+    finally:
+        loop.stop()
+        ours.close()
+    code = front.exitcode
+    if code:
+        print(f"dflash-tune serve: the front-end process exited (code {code}); the engine "
+              "stops with it", file=sys.stderr, flush=True)
+    return code if code is None or code >= 0 else 1
+
+
+def _stop_signals() -> threading.Event:
+    """SIGTERM and SIGINT set the event instead of ending the engine mid-round."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    return stopping

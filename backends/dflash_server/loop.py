@@ -2,7 +2,9 @@
 
 Handlers on the asyncio side submit a `Ticket` and read its asyncio queue; the engine thread
 pushes `Event`s onto it with `call_soon_threadsafe`. A ticket whose client went away is
-cancelled and its row freed at the next round.
+cancelled and its row freed at the next round. `dflash-tune serve` runs this loop in the engine
+process, its tickets standing for the front end's (bridge.py); in-process (`build`, the tests)
+the handlers share its process.
 
 One request must never take the engine down with it. An admission that raises is retried one
 ticket at a time, so only the request that cannot be admitted fails; an error while delivering
@@ -20,6 +22,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -54,6 +57,13 @@ class Ticket:
     cancelled: bool = False
     arrived_s: float = field(default_factory=time.perf_counter)
     scorer: Scorer | None = None
+    on_cancel: Callable[[], None] | None = None  # tells an engine in another process
+
+    def cancel(self) -> None:
+        """The client went away (or its reply ended): its row is freed at the next round."""
+        self.cancelled = True
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def push(self, event: Event) -> None:
         try:
@@ -79,7 +89,10 @@ class Counters:
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, spec: Spec, seed: int = 0) -> None:
+    def __init__(self, engine: Engine, spec: Spec, seed: int = 0,
+                 after_round: Callable[[EngineLoop], None] | None = None) -> None:
+        """`after_round` runs on the engine thread after each admission-and-round and once when
+        the loop stops (the engine process's bridge sends what the round gave from there)."""
         self.engine, self.spec = engine, spec
         self.batch = engine.open_batch(spec, seed=seed)
         self._scratch_keys = itertools.count()  # one scratch sequence per scored request
@@ -88,6 +101,7 @@ class EngineLoop:
         self.counters = Counters()
         self.error: str | None = None  # set once the loop has stopped for good
         self._failed_rounds = 0
+        self._after_round = after_round or (lambda _: None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
@@ -104,17 +118,24 @@ class EngineLoop:
         self.counters.requests += 1
         self.inbox.put(ticket)
 
+    def check_prompts(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Engine.check_prompts: refuse a request on its handler, not on the engine thread."""
+        return self.engine.check_prompts(prompts)
+
     def _run(self) -> None:
         try:
             with torch.inference_mode():
                 while not self._stop.is_set() and self._failed_rounds < MAX_FAILED_ROUNDS:
                     self._admit(block=not self.tickets)
                     self._round()
+                    self._after_round(self)
             if self._failed_rounds >= MAX_FAILED_ROUNDS:
                 self._die(DEAD)
         except Exception as error:  # our own bookkeeping broke: report it, hang no client
             log.exception("engine loop failed")
             self._die(f"engine failed: {error!r}")
+        finally:
+            self._after_round(self)
 
     def _die(self, message: str) -> None:
         self.error = message

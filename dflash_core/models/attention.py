@@ -3,7 +3,8 @@
 The prefix part runs with no per-node mask: every new token of a row sees that row's whole
 committed prefix, so one grouped matmul reads each prefix K/V once for all N tokens and all the
 query heads sharing it (GQA heads are grouped by a view, never copied). Only the N x N part among
-the new tokens is masked. The two partial softmaxes are merged by their log-sum-exp.
+the new tokens is masked. The two score blocks share one softmax (explicit matmuls), or, with
+PyTorch's fused kernels, the two partial softmaxes are merged by their log-sum-exp.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 from dflash_core.models.config import ModelConfig
 from dflash_core.models.kv_cache import KVCache
-from dflash_core.models.layers import RMSNorm, apply_rope
+from dflash_core.models.layers import HeadRope, RMSNorm, cast, head_rope, rotate
 from dflash_core.models.step import Step
 
 
@@ -25,24 +26,33 @@ def attend(q: Tensor, prefix: tuple[Tensor, Tensor] | None, prefix_lens: Tensor,
 
     ``fused`` computes each part with PyTorch's fused attention kernel (flash on CPU,
     memory-efficient on CUDA: no [.., N, S] score tensor) instead of explicit matmuls.
-    ``biases``, a forward's memo (Step.biases), makes the mask and prefix-length biases once per
-    forward instead of once per layer. Returns [B, Hq, N, Dv]."""
+    ``biases``, a forward's memo (Step.biases), makes the mask, prefix-length and joint biases
+    once per forward instead of once per layer. Returns [B, Hq, N, Dv]."""
     b, hq, n, d = q.shape
     groups = hq // k_new.shape[1]
-    part = _fused_partial if fused else _partial
     scale = d**-0.5 if scale is None else scale
     qg = q.reshape(b, -1, groups * n, d) * scale  # [B, Hkv, G*N, D]: row g*N + n
     biases = {} if biases is None else biases
     if ("tree", groups) not in biases:
         biases["tree", groups] = _additive(mask)[:, None].repeat(1, 1, groups, 1)  # [B,1,G*N,N]
-    out, lse = part(qg, k_new, v_new, biases["tree", groups])
-    if prefix is not None and prefix[0].shape[2]:
-        keys = prefix[0].shape[2]
-        if ("length", keys) not in biases:
-            visible = torch.arange(keys, device=q.device) < prefix_lens[:, None]  # [B, S]
-            biases["length", keys] = _additive(visible)[:, None, None]  # [B, 1, 1, S]
-        out, lse = _merge(out, lse, *part(qg, prefix[0], prefix[1], biases["length", keys]))
-    return out.reshape(b, hq, n, v_new.shape[-1]).to(q.dtype)
+    tree = biases["tree", groups]
+    keys = prefix[0].shape[2] if prefix is not None else 0
+    if keys and ("length", keys) not in biases:
+        visible = torch.arange(keys, device=q.device) < prefix_lens[:, None]  # [B, S]
+        biases["length", keys] = _additive(visible)[:, None, None]  # [B, 1, 1, S]
+    if not fused and not keys:
+        out, _ = _partial(qg, k_new, v_new, tree)
+    elif not fused:
+        if ("joint", groups, keys) not in biases:
+            length = biases["length", keys].expand(-1, -1, tree.shape[2], -1)
+            biases["joint", groups, keys] = torch.cat([length, tree], -1)  # [B,1,G*N,S+N]
+        out = _joint(qg, prefix, k_new, v_new, biases["joint", groups, keys])
+    else:
+        out, lse = _fused_partial(qg, k_new, v_new, tree)
+        if keys:
+            out, lse = _merge(out, lse, *_fused_partial(qg, prefix[0], prefix[1],
+                                                        biases["length", keys]))
+    return cast(out.reshape(b, hq, n, v_new.shape[-1]), q.dtype)
 
 
 def _additive(visible: Tensor) -> Tensor:
@@ -51,11 +61,24 @@ def _additive(visible: Tensor) -> Tensor:
 
 def _partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
     """Softmax attention over one key set, with its log-sum-exp for merging (fp32 softmax)."""
-    scores = (qg @ k.transpose(-1, -2)).float() + bias  # [B, Hkv, G*N, S]
+    scores = cast(qg @ k.transpose(-1, -2), torch.float32) + bias  # [B, Hkv, G*N, S]
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # [B, Hkv, G*N, 1]
     # A row with an empty prefix has lse = -inf; clamping makes its weights 0, not NaN.
     probs = torch.exp(scores - lse.clamp_min(torch.finfo(lse.dtype).min))
-    return (probs.to(v.dtype) @ v).float(), lse  # [B, Hkv, G*N, D]
+    return cast(cast(probs, v.dtype) @ v, torch.float32), lse  # [B, Hkv, G*N, D]
+
+
+def _joint(qg: Tensor, prefix: tuple[Tensor, Tensor], k_new: Tensor, v_new: Tensor,
+           bias: Tensor) -> Tensor:
+    """One fp32 softmax over the prefix keys and the new ones side by side: fewer ops than two
+    `_partial`s and a merge. The scores are [B, Hkv, G*N, S+N]; the prefix K/V are read in
+    place, never concatenated with the new ones. bias: the forward's [B, 1, G*N, S+N].
+    -> [B, Hkv, G*N, Dv] fp32."""
+    keys = prefix[0].shape[2]
+    scores = torch.cat([qg @ prefix[0].transpose(-1, -2), qg @ k_new.transpose(-1, -2)], -1)
+    probs = cast(torch.softmax(cast(scores, torch.float32) + bias, -1), v_new.dtype)
+    return (cast(probs[..., :keys] @ prefix[1], torch.float32)
+            + cast(probs[..., keys:] @ v_new, torch.float32))
 
 
 def _fused_partial(qg: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
@@ -116,19 +139,22 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def project_q(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        """x: [B, N, H] -> q: [B, Hq, N, D] (normed and rotated)."""
-        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.n_heads)), *rope)
+    def project_q(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]) -> Tensor:
+        """x: [B, N, H] -> q: [B, Hq, N, D] (normed and rotated). `rope`: the forward's HeadRope
+        (or rope_tables' pair, prepared here)."""
+        q = self.q_norm(self._heads(self.q_proj(x), self.n_heads))
+        return rotate(q, head_rope(rope, q.dtype))
 
-    def project_kv(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    def project_kv(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]
+                   ) -> tuple[Tensor, Tensor]:
         """x: [B, N, H] -> k, v: [B, Hkv, N, D] (k normed and rotated)."""
         k = self.k_norm(self._heads(self.k_proj(x), self.n_kv))
-        return apply_rope(k, *rope), self._heads(self.v_proj(x), self.n_kv)
+        return rotate(k, head_rope(rope, k.dtype)), self._heads(self.v_proj(x), self.n_kv)
 
     def project_out(self, out: Tensor) -> Tensor:
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, Hq, N, D] -> [B, N, H]
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], step: Step,
+    def forward(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor], step: Step,
                 cache: KVCache | None, layer: int) -> Tensor:
         """Writes the new K/V to `step.slots` after reading the prefix, so a node never sees
         its own scratch slot through the prefix path. With no cache (training) the new tokens
@@ -139,7 +165,7 @@ class Attention(nn.Module):
         out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused,
                      biases=step.biases)  # [B, Hq, N, D]
         if cache is not None:
-            cache.write(layer, step.slots, k, v)
+            cache.write_at(layer, step.write_index(k), k, v)
         return self.project_out(out)  # [B, N, H]
 
     def _heads(self, x: Tensor, heads: int) -> Tensor:

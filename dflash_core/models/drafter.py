@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from dflash_core.models.attention import Attention, attend
 from dflash_core.models.config import DrafterConfig
 from dflash_core.models.kv_cache import KVCache
-from dflash_core.models.layers import MLP, RMSNorm, rope_tables
+from dflash_core.models.layers import MLP, HeadRope, RMSNorm, head_rope, rope_tables
 from dflash_core.models.step import Step
 
 
@@ -29,13 +29,13 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(lc.hidden_size, lc.rms_norm_eps)
         self.mlp = MLP(lc.hidden_size, lc.intermediate_size)
 
-    def write_context(self, ctx: Tensor, rope: tuple[Tensor, Tensor], slots: Tensor,
+    def write_context(self, ctx: Tensor, rope: HeadRope, slots: Tensor,
                       cache: KVCache) -> None:
         """ctx: [B, C, H] fused context; it skips the layer norm, Q, O and the MLP."""
         k, v = self.self_attn.project_kv(ctx, rope)  # [B, Hkv, C, D]
         cache.write(self.index, slots, k, v)
 
-    def forward(self, h: Tensor, rope: tuple[Tensor, Tensor], step: Step, cache: KVCache) -> Tensor:
+    def forward(self, h: Tensor, rope: HeadRope, step: Step, cache: KVCache) -> Tensor:
         attn = self.self_attn
         x = self.input_layernorm(h)
         q = attn.project_q(x, rope)  # [B, Hq, bs, D]
@@ -77,6 +77,7 @@ class Drafter(nn.Module):
         return KVCache.allocate(lc.num_hidden_layers, batch, lc.num_key_value_heads, capacity,
                                 lc.head_dim, weight.dtype, weight.device)
 
-    def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def _rope(self, positions: Tensor) -> HeadRope:
         lc = self.config.layers
-        return rope_tables(lc.head_dim, lc.rope_theta, positions, lc.rope_scaling)
+        return head_rope(rope_tables(lc.head_dim, lc.rope_theta, positions, lc.rope_scaling),
+                         self.fc.weight.dtype)

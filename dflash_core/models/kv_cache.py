@@ -16,10 +16,16 @@ from torch import Tensor
 from dflash_core.models.cache import move_path
 
 
-@dataclass(slots=True)
+@dataclass
 class KVCache:
     k: Tensor  # [layers, B, Hkv, S, D]
     v: Tensor  # [layers, B, Hkv, S, D]
+
+    def __post_init__(self) -> None:
+        # Each layer's k and v views, made on first use: a layer's read and write then share
+        # one select each (not unbind: its views may not be written in place outside inference
+        # mode). An attribute, not a field: a cache's fields are its tensors.
+        self._layers: dict[int, tuple[Tensor, Tensor]] = {}
 
     @classmethod
     def allocate(cls, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
@@ -42,13 +48,24 @@ class KVCache:
 
     def write(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> None:
         """slots: [B, N]; k, v: [B, Hkv, N, D]."""
-        index = slots[:, None, :, None].expand_as(k)  # [B, Hkv, N, D]
-        self.k[layer].scatter_(2, index, k)
-        self.v[layer].scatter_(2, index, v)
+        self.write_at(layer, scatter_index(slots, k), k, v)
+
+    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
+        """index: scatter_index(slots, k), made once per forward for all layers."""
+        keys, values = self.layer(layer)
+        keys.scatter_(2, index, k)
+        values.scatter_(2, index, v)
 
     def prefix(self, layer: int, length: int) -> tuple[Tensor, Tensor]:
         """The first `length` slots of every row (callers mask each row's own length)."""
-        return self.k[layer, :, :, :length], self.v[layer, :, :, :length]
+        keys, values = self.layer(layer)
+        return keys[:, :, :length], values[:, :, :length]
+
+    def layer(self, layer: int) -> tuple[Tensor, Tensor]:
+        """k, v of one layer: [B, Hkv, S, D] views."""
+        if layer not in self._layers:
+            self._layers[layer] = self.k[layer], self.v[layer]
+        return self._layers[layer]
 
     def commit(self, starts: Tensor, path: Tensor) -> None:
         """Move path nodes (scratch index, [B, A]) to contiguous slots starts + 0..A-1."""
@@ -67,3 +84,8 @@ class KVCache:
     def row(self, b: int) -> KVCache:
         """A batch-1 view of row b (writes go to the shared storage)."""
         return KVCache(self.k[:, b : b + 1], self.v[:, b : b + 1])
+
+
+def scatter_index(slots: Tensor, k: Tensor) -> Tensor:
+    """slots [B, N] -> the scatter index [B, Hkv, N, D] that writes k's nodes at those slots."""
+    return slots[:, None, :, None].expand_as(k)

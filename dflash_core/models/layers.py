@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -20,15 +21,23 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # Normalise in fp32 as Qwen3 does; bf16 variance loses the small components.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        # One op in fp32: on CPU bit for bit x * rsqrt(mean(x^2) + eps) * weight (tested).
+        # Otherwise normalise in fp32 as Qwen3 does (bf16 variance loses the small components)
+        # and round before the weight, as Qwen3 does.
+        if x.dtype == torch.float32 == self.weight.dtype:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+def cast(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """x as dtype, without dispatching an op when it already is (most casts in fp32)."""
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def rope_tables(head_dim: int, theta: float, positions: Tensor,
                 yarn: YarnScaling | None = None) -> tuple[Tensor, Tensor]:
-    """cos/sin for explicit positions, so tree siblings can share a position."""
+    """cos/sin for explicit positions, so tree siblings can share a position: [B, N, D] each."""
     if yarn is None:
         dims = torch.arange(0, head_dim, 2, device=positions.device)
         inv_freq = 1.0 / theta ** (dims / head_dim)
@@ -36,16 +45,42 @@ def rope_tables(head_dim: int, theta: float, positions: Tensor,
         inv_freq = yarn.inv_freq(head_dim, theta, positions.device)
     angles = positions.float()[..., None] * inv_freq  # [B, N, D/2]
     angles = torch.cat([angles, angles], dim=-1)  # [B, N, D]
-    scale = 1.0 if yarn is None else yarn.cos_sin_factor
-    return angles.cos() * scale, angles.sin() * scale
+    if yarn is None:
+        return angles.cos(), angles.sin()
+    return angles.cos() * yarn.cos_sin_factor, angles.sin() * yarn.cos_sin_factor
+
+
+class HeadRope(NamedTuple):
+    """RoPE tables made once per forward for every layer's heads: cos [B, 1, N, D] and sin
+    with its first half negated, so rotate-half is one roll: x * cos + roll(x) * sin_signed
+    equals x * cos + cat(-x2, x1) * sin bit for bit (a sign flip is exact)."""
+
+    cos: Tensor  # [B, 1, N, D]
+    sin_signed: Tensor  # [B, 1, N, D]
+
+
+def head_rope(rope: tuple[Tensor, Tensor], dtype: torch.dtype) -> HeadRope:
+    """rope_tables' (cos, sin) [B, N, D] -> HeadRope in `dtype`; a HeadRope is returned as is."""
+    if isinstance(rope, HeadRope):
+        return rope
+    cos, sin = rope
+    half = sin.shape[-1] // 2
+    sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+    return HeadRope(cast(cos[:, None], dtype), cast(sin_signed[:, None], dtype))
+
+
+def rotate(x: Tensor, rope: HeadRope) -> Tensor:
+    """x: [B, H, N, D] rotated at its positions (rotate-half convention of the HF Qwen3
+    weights)."""
+    return x * rope.cos + x.roll(x.shape[-1] // 2, -1) * rope.sin_signed
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: [B, H, N, D]; cos/sin: [B, N, D] (rotate-half convention of the HF Qwen3 weights)."""
+    """x: [B, H, N, D]; cos/sin: [B, N, D] as rope_tables makes them. For callers that rotate
+    once per table (MLA); the layers of a forward share a HeadRope and call `rotate`."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
-    return x * cos + rotated * sin
+    return x * cast(cos[:, None], x.dtype) + rotated * cast(sin[:, None], x.dtype)
 
 
 class MLP(nn.Module):

@@ -15,7 +15,8 @@ from dflash_core.models.attention import Attention
 from dflash_core.models.cache import Cache
 from dflash_core.models.config import ModelConfig
 from dflash_core.models.kv_cache import KVCache
-from dflash_core.models.layers import MLP, MoE, RMSNorm, rope_tables
+from dflash_core.models.layers import (MLP, HeadRope, MoE, RMSNorm, cast, head_rope,
+                                       rope_tables)
 from dflash_core.models.step import Step
 
 
@@ -34,7 +35,7 @@ class DecoderLayer(nn.Module):
             mlp = MoE(cfg) if moe else MLP(cfg.hidden_size, cfg.intermediate_size)
         self.mlp = mlp
 
-    def forward(self, h: Tensor, rope: tuple[Tensor, Tensor], step: Step,
+    def forward(self, h: Tensor, rope: HeadRope | tuple[Tensor, Tensor], step: Step,
                 cache: Cache | None) -> Tensor:
         h = h + self.self_attn(self.input_layernorm(h), rope, step, cache, self.index)
         return h + self.mlp(self.post_attention_layernorm(h))
@@ -48,9 +49,11 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.config = cfg
 
-    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def rope(self, positions: Tensor) -> HeadRope:
+        """The tables every layer of one forward rotates with, made once."""
         cfg = self.config
-        return rope_tables(cfg.head_dim, cfg.rope_theta, positions, cfg.rope_scaling)
+        return head_rope(rope_tables(cfg.head_dim, cfg.rope_theta, positions, cfg.rope_scaling),
+                         self.embed_tokens.weight.dtype)
 
     def allocate_cache(self, batch: int, capacity: int, dtype: torch.dtype,
                        device: torch.device) -> KVCache:
@@ -93,7 +96,7 @@ class Target(nn.Module):
         return self.model.norm(h), features
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return self.lm_head(hidden).float()  # [..., V]
+        return cast(self.lm_head(hidden), torch.float32)  # [..., V]
 
     def embed(self, ids: Tensor) -> Tensor:
         return self.model.embed_tokens(ids)

@@ -1,0 +1,99 @@
+"""The front-end process of `dflash-tune serve`: HTTP, parsing, tokenising, detokenising and
+streaming, with the engine in the process that started it (launch.serve_engine, bridge.py)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from backends.dflash_server.options import ServeOptions
+
+
+def run_front(options: ServeOptions, conn: Connection) -> None:
+    """Serve the app over `conn`'s engine until stopped; exit 1 if the engine process went
+    away first (the tuner reads a crash) or uvicorn could not start."""
+    from backends.dflash_server.app import build_app
+    from backends.dflash_server.client import EngineClient
+
+    configure_logging(options.log_level)
+    info = server_info(options)
+    client = EngineClient(conn, info, on_lost=lambda: setattr(server, "should_exit", True))
+    server = uvicorn_server(options, build_app(client, info), info.model_name)
+    client.start()
+    server.run()
+    if client.lost or not server.started:
+        sys.exit(1)
+
+
+def server_info(options: ServeOptions):
+    """What the front end needs of the model: names, tokenizer, limits (configs only)."""
+    from tokenizers import Tokenizer
+
+    from backends.dflash_server.protocol import ServerInfo
+    from dflash_core.models.architectures import target_config
+    from dflash_core.models.config import read_config
+
+    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
+    return ServerInfo(_model_names(options)[0], tokenizer,
+                      tokenizer.token_to_id("<|endoftext|>"), options.max_context,
+                      {k: str(v) if isinstance(v, Path) else v
+                       for k, v in asdict(options).items()},
+                      target_config(read_config(options.target)).vocab_size,
+                      _model_names(options))
+
+
+def uvicorn_server(options: ServeOptions, app, model_name: str | None = None):
+    """A uvicorn Server for `app` as the options say; `run()` serves until it is stopped (or
+    its `should_exit` is set)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=options.host, port=options.port,
+                            log_level=options.log_level, timeout_graceful_shutdown=5)
+    return _announcing_server(config, model_name or _model_names(options)[0])
+
+
+def _model_names(options: ServeOptions) -> tuple[str, ...]:
+    """What a request's `model` may say: the served name if one was given; else the target
+    folder's name, or its path as given or resolved (vLLM's default name is the path, and the
+    tuner's load generator sends it)."""
+    if options.served_model_name:
+        return (options.served_model_name,)
+    target = Path(options.target)
+    return tuple(dict.fromkeys((target.name, str(options.target), str(target.resolve()))))
+
+
+def _tokenizer_path(target: Path) -> Path:
+    path = Path(target) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (the server needs a tokenizer)")
+    return path
+
+
+def configure_logging(level: str) -> None:
+    """Our logger at uvicorn's level (its default, warning, keeps a server quiet)."""
+    ours = logging.getLogger("dflash_tune")
+    if not ours.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
+        ours.addHandler(handler)
+    ours.setLevel("DEBUG" if level == "trace" else level.upper())
+
+
+def _announcing_server(config, model: str):
+    """A uvicorn Server that prints where it listens once its sockets are bound (so a port 0
+    shows the real one), whatever the log level; a bind that fails prints uvicorn's error."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                print(f"dflash-tune serve: listening on http://{shown}:{port} (model {model})",
+                      file=sys.stderr, flush=True)
+
+    return AnnouncingServer(config)
