@@ -46,6 +46,10 @@ class Reference:
     source: str = ""  # where the numbers were read (validation sources cite it)
     name: str = ""
     group: str = ""  # files of one source (left out together); empty: the file is the source
+    # Why the source is compared but never fitted (empty: it is fitted). For numbers no term of
+    # the model describes (an engine's kernel pathology): fitting them would move every constant
+    # they share with the other sources, so they are scored against the others' fit instead.
+    not_fitted: str = ""
 
     @property
     def source_group(self) -> str:
@@ -61,6 +65,11 @@ def validation_sources() -> list[Reference]:
     node) and ``validation/*.yaml``, one file each."""
     paths = sorted(_DIR.glob("*.yaml")) + sorted(VALIDATION_DIR.glob("*.yaml"))
     return [load_reference(str(p)) for p in paths]
+
+
+def fitted_sources(sources: list[Reference]) -> list[Reference]:
+    """The sources a fit may use: all but those marked compared-only (``source.not_fitted``)."""
+    return [s for s in sources if not s.not_fitted]
 
 
 def load_reference(name_or_path: str) -> Reference:
@@ -115,7 +124,8 @@ def _parse(raw: dict[str, Any]) -> Reference:
                for k in raw.get("kv_capacity") or ())
     source = raw.get("source") or {}
     return Reference(deployment, workload, observations, kv, str(source.get("cite", "")),
-                     group=str(source.get("group", "")))
+                     group=str(source.get("group", "")),
+                     not_fitted=str(source.get("not_fitted", "")).strip())
 
 
 def _drafter(raw: dict[str, Any]) -> DrafterSpec:

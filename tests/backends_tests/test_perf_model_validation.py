@@ -9,7 +9,12 @@ import yaml
 from backends.perf_model.acceptance import chain_acceptance, profile_for_length
 from backends.perf_model.backend import PerfModelBackend
 from backends.perf_model.memory import kv_capacity_tokens
-from backends.perf_model.references import VALIDATION_DIR, load_reference, validation_sources
+from backends.perf_model.references import (
+    VALIDATION_DIR,
+    fitted_sources,
+    load_reference,
+    validation_sources,
+)
 
 FILES = sorted(VALIDATION_DIR.glob("*.yaml"))
 
@@ -27,6 +32,16 @@ def test_validation_covers_the_named_sources_and_three_more():
     named = {"pcie8_kimi_sglang", "dflash_paper_table5_llama8b_b200",
              "vllm_recipe_kimi_k2_thinking_h200"}
     assert named <= groups and len(groups - named) >= 3
+
+
+def test_compared_only_sources_state_why_and_stay_out_of_every_fit():
+    sources = validation_sources()
+    compared_only = [s for s in sources if s.not_fitted]
+    assert compared_only, "the Kimi-K2.5 cookbook source is compared, never fitted"
+    assert all(len(s.not_fitted.split()) >= 5 for s in compared_only), "a reason, not a flag"
+    fitted = fitted_sources(sources)
+    assert not {s.name for s in fitted} & {s.name for s in compared_only}
+    assert len(fitted) + len(compared_only) == len(sources)
 
 
 def test_kimi_recipe_kv_capacity_is_what_vllm_logged():
