@@ -10,7 +10,9 @@ difference is the compiler's and not the round's:
 - `static`: the same closure with `dynamic=False` (one graph per shape).
 - `pure`: `dynamic=False` over plain tensors; the Step and the KVCache are made inside the
   graph, so their per-forward memos (biases, layer views) are no side effects to replay.
-- `freeze`: `pure` with `torch._inductor.config.freezing` (weights folded in as constants and
+- `engine`: `runtime.compiled.CompiledForward`, what `--compile inductor` does now: `pure`, but
+  the cache writes run eagerly after the graph (in the graph they copy the whole cache).
+- `freeze`: `engine` with `torch._inductor.config.freezing` (weights folded in as constants and
   prepacked for oneDNN on CPU).
 
     OMP_NUM_THREADS=1 python bench/compile_probe.py --variants eager,static --batches 1,8 \
@@ -33,6 +35,7 @@ import torch
 from dflash_core import load_models
 from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.step import Step
+from dflash_core.runtime.compiled import CompiledForward
 from dflash_core.training.pair import ensure_pair
 
 CAPACITY = 320  # the engine's max_context 256 + max_tree_nodes 64
@@ -57,6 +60,10 @@ def variant_fn(name: str, target, taps: tuple[int, ...], read_len: int):
 
     if name == "eager":
         return through_step
+    if name in ("engine", "freeze"):
+        compiled = CompiledForward(target, taps, "inductor")
+        return lambda ids, positions, starts, mask, cache: compiled(
+            ids, Step(positions, positions, starts, read_len, mask), cache, taps)
     if name in ("dynamic", "static"):
         def closure(ids, step, cache):
             return target(ids, step, cache, taps)
