@@ -42,8 +42,9 @@ class EngineConfig:
     # growing with the prompt squared) instead of the reference matmuls.
     fused_attention: bool = False
     # Capture each round shape in a CUDA graph and replay it (graphs.py); needs a CUDA device.
-    # Without a context_bucket the prefix read would differ every round, so graphs read in
-    # buckets of DEFAULT_GRAPH_CONTEXT_BUCKET slots unless one is set.
+    # Without a context_bucket the prefix read would differ every round, so graphs (and
+    # compiled forwards, one per shape too) read in buckets of DEFAULT_GRAPH_CONTEXT_BUCKET
+    # slots unless one is set.
     cuda_graphs: bool = False
     # The verify forward through torch.compile (compiled.py): "none" (eager), "inductor" or
     # "eager" (Dynamo tracing only). Off by default: on the tiny pair on 2 CPU cores Inductor
@@ -58,7 +59,7 @@ class EngineConfig:
         if self.compile != "none" and self.cuda_graphs:
             raise ValueError("compile and cuda_graphs are exclusive: graphs replay the eager round")
         RoundShapes(tuple(self.batch_buckets), self.context_bucket)  # validates them
-        if self.cuda_graphs and not self.context_bucket:
+        if (self.cuda_graphs or self.compile != "none") and not self.context_bucket:
             self.context_bucket = DEFAULT_GRAPH_CONTEXT_BUCKET
 
 
