@@ -1,14 +1,13 @@
 """Eager vs `--compile inductor` per decode round on the tiny pair: ms per round, warm-up, tokens.
 
-For each method and batch: one engine per mode (eager, then compiled), same EngineConfig
-otherwise (the same context bucket, so both read the same padded prefix), and eager with
-exact reads (no bucket, the default) beside them. Each engine runs the
-same generate twice: the first is the warm-up (it pays every compile; its seconds and the
-compiled graphs are reported), the second is timed, its steps only (prefill excluded; it is
-eager in both modes). Tokens of the two modes are compared.
+For each method and batch, three engines: eager with exact reads (the default), eager and
+compiled with the same context bucket (so both read the same padded prefix). Each runs the
+batch once as its warm-up (it pays every compile; its seconds and the compiled graphs are
+reported), then the three run it `--repeats` more times in turn, timed, steps only (prefill is
+eager in every mode); medians are reported, and the tokens of the three are compared.
 
     OMP_NUM_THREADS=1 python bench/compile_bench.py [--methods plain,dflash] [--batches 1,8] \
-        [--context-bucket 64] [--tokens 48] [--compile inductor]
+        [--context-bucket 64] [--tokens 48] [--compile inductor] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -40,6 +40,30 @@ def run(engine, spec: Spec, prompts: list[list[int]], tokens: int) -> tuple[floa
     return step_s, batch.stats.rounds, [r.output for r in batch.requests]
 
 
+def row(target, drafter, spec: Spec, prompts: list[list[int]], args, method: str) -> str:
+    """One table row: three engines warmed up, then `repeats` timed runs of each in turn (on a
+    shared machine alternating spreads load swings over all three; medians reported)."""
+    modes = {"exact": ("none", 0), "eager": ("none", args.context_bucket),
+             "compiled": (args.compile, args.context_bucket)}
+    engines, warm_s = {}, {}
+    for name, (mode, bucket) in modes.items():
+        engines[name] = build_engine(target, drafter, max_batch=8, max_context=256,
+                                     max_tree_nodes=64, compile=mode, context_bucket=bucket)
+        began = time.perf_counter()
+        run(engines[name], spec, prompts, args.tokens)
+        warm_s[name] = time.perf_counter() - began
+    ms, tokens = {name: [] for name in modes}, {}
+    for _ in range(args.repeats):
+        for name, engine in engines.items():
+            step_s, rounds, tokens[name] = run(engine, spec, prompts, args.tokens)
+            ms[name].append(step_s / rounds * 1e3)
+    exact, eager, comp = (statistics.median(ms[name]) for name in modes)
+    same = tokens["exact"] == tokens["eager"] == tokens["compiled"]
+    return (f"| {method} | {len(prompts)} | {exact:.2f} | {eager:.2f} | {comp:.2f} | "
+            f"{comp / eager:.2f} | {warm_s['eager']:.1f}, {warm_s['compiled']:.1f} | "
+            f"{engines['compiled'].compiled.compiles} | {same} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default="plain,dflash")
@@ -47,6 +71,7 @@ def main() -> None:
     parser.add_argument("--context-bucket", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--compile", default="inductor")
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
     pair = ensure_pair()
@@ -61,22 +86,8 @@ def main() -> None:
     with torch.inference_mode():
         for method in args.methods.split(","):
             for b in (int(x) for x in args.batches.split(",")):
-                row = {}
-                for mode, bucket in (("exact", 0), ("none", args.context_bucket),
-                                     (args.compile, args.context_bucket)):
-                    engine = build_engine(target, drafter, max_batch=8, max_context=256,
-                                          max_tree_nodes=64, compile=mode.replace("exact", "none"),
-                                          context_bucket=bucket)
-                    began = time.perf_counter()
-                    run(engine, SPECS[method], held_out[:b], args.tokens)
-                    warm_s = time.perf_counter() - began
-                    step_s, rounds, out = run(engine, SPECS[method], held_out[:b], args.tokens)
-                    graphs = engine.compiled.compiles if engine.compiled else 0
-                    row[mode] = (step_s / rounds * 1e3, warm_s, graphs, out)
-                exact, eager, comp = row["exact"], row["none"], row[args.compile]
-                print(f"| {method} | {b} | {exact[0]:.2f} | {eager[0]:.2f} | {comp[0]:.2f} | "
-                      f"{comp[0] / eager[0]:.2f} | {eager[1]:.1f}, {comp[1]:.1f} | {comp[2]} | "
-                      f"{exact[3] == eager[3] == comp[3]} |", flush=True)
+                print(row(target, drafter, SPECS[method], held_out[:b], args, method),
+                      flush=True)
 
 
 if __name__ == "__main__":
