@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 from collections.abc import Callable, Sequence
 
 import torch
@@ -66,10 +67,7 @@ class CompiledForward:
         if graph is None:
             graph = self._compile(type(cache), step.read_len, step.fused)
             began = time.perf_counter()
-            # Every graph is a closure of one function, so all share one Dynamo cache: lift
-            # its recompile limit while a new shape compiles (a known shape never recompiles).
-            with torch._dynamo.config.patch(recompile_limit=len(self.graphs) + 8):
-                hidden, features, writes = graph(*args)
+            hidden, features, writes = graph(*args)
             self.warmup_s += time.perf_counter() - began
             self.graphs[key] = graph
         else:
@@ -88,7 +86,13 @@ class CompiledForward:
             hidden, features = target(ids, step, recorder, taps)
             return hidden, features, recorder.writes
 
-        return torch.compile(forward, backend=self.backend, dynamic=False)
+        # Dynamo keeps its compiled graphs on the function's code object, shared by every
+        # closure of `forward`: all shapes of all engines would pile up there, past Dynamo's
+        # recompile limit (8), after which it runs eager without a word. A code object of its
+        # own gives each shape one entry, dropped with the graph.
+        own = types.FunctionType(forward.__code__.replace(), forward.__globals__,
+                                 forward.__name__, None, forward.__closure__)
+        return torch.compile(own, backend=self.backend, dynamic=False)
 
 
 class _Recorder:

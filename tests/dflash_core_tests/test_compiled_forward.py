@@ -83,3 +83,25 @@ def test_compile_reads_the_prefix_in_buckets_by_default():
     assert EngineConfig(compile="inductor").context_bucket == DEFAULT_GRAPH_CONTEXT_BUCKET
     assert EngineConfig(compile="inductor", context_bucket=64).context_bucket == 64
     assert EngineConfig().context_bucket == 0
+
+
+def test_compiled_shapes_past_dynamos_recompile_limit_stay_compiled():
+    """Each shape's graph has a code object of its own: ten shapes, in ten CompiledForwards as
+    ten engines would make, must each be compiled, not sent back to eager at Dynamo's limit
+    of 8 (the backend here counts the graphs Dynamo hands it)."""
+    target = make_target()
+    calls = []
+
+    def counting_backend(graph, example_inputs):
+        calls.append(len(example_inputs))
+        return graph.forward
+
+    with torch.inference_mode():
+        cache = target.allocate_cache(2, 40)
+        for read_len in range(4, 14):
+            compiled = CompiledForward(target, (), "eager")
+            compiled.backend = counting_backend
+            starts = torch.tensor([read_len, read_len - 1])
+            compiled(torch.tensor([[3], [4]]), Step.causal(starts, 1, read_len),
+                     cache.row_range(2), ())
+    assert len(calls) == 10
