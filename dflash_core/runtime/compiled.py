@@ -13,7 +13,7 @@ verify forward"):
 - No cache write inside: an in-place scatter into a graph input is functionalised, and on CPU
   Inductor then copies the whole cache (every layer, every row) per layer written. The graph
   records the writes (`_Recorder`) and returns their tensors; they run eagerly after it, a
-  dozen small scatters. Exact: a forward's layers read only their own layer's prefix, before
+  few small scatters. Exact: a forward's layers read only their own layer's prefix, before
   their own write.
 - Fixed sizes: with dynamic=True the prefix read length reached a dict key (the memoised
   attention biases), which specialises it, so every new read length recompiled.

@@ -47,8 +47,9 @@ class EngineConfig:
     # slots unless one is set.
     cuda_graphs: bool = False
     # The verify forward through torch.compile (compiled.py): "none" (eager), "inductor" or
-    # "eager" (Dynamo tracing only). Off by default: on the tiny pair on 2 CPU cores Inductor
-    # measured no faster at batch 1 and slower at batch 8 (docs/BENCHMARKS.md, issue 18).
+    # "eager" (Dynamo tracing only); one fixed-shape graph per round shape. Off by default: on
+    # the tiny pair on CPU its rounds are faster, but its warm-up (an Inductor compile of
+    # 10-25 s per shape) takes thousands of rounds to repay (docs/BENCHMARKS.md, issue 18).
     compile: str = "none"
 
     def __post_init__(self) -> None:
