@@ -6,7 +6,7 @@ rows are admitted, a few rounds warm it up, then `dflash_core.runtime.profile.pr
 times `--rounds` rounds per stage and counts the ATen ops of as many more. Op counts are
 deterministic; milliseconds move with the machine's load (report `uptime` beside them).
 
-    python bench/round_profile.py [--rounds 10] [--batches 1,8] [--threads 1] [--compile]
+    python bench/round_profile.py [--rounds 10] [--batches 1,8] [--threads 1] [--compile inductor]
         [--json OUT]
 """
 
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--methods", default=",".join(SPECS))
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--compile", action="store_true", help="EngineConfig.compile")
+    parser.add_argument("--compile", default="none", help="EngineConfig.compile")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads; on a shared 2-core machine 2 threads spin-wait "
                              "on each other and a round costs ~10x (measured)")
@@ -72,9 +72,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pair = ensure_pair()
     target, drafter = load_models(pair / "target", pair / "drafter", args.dtype)
-    options = {"compile": True} if args.compile else {}
     engine = build_engine(target, drafter, max_batch=8, max_context=256, max_tree_nodes=64,
-                          **options)
+                          compile=args.compile)
     ids = prompts(pair, 8)
     results = {}
     with torch.inference_mode():

@@ -1,10 +1,22 @@
 """The verify forward through torch.compile: the CPU analogue of capturing it in a CUDA graph.
 
-A round's verify is one target forward whose shapes follow the round: rows, tree nodes, prefix
-read length. Compiled with dynamic shapes, one graph covers every read length and row count;
-Dynamo still specialises sizes 0 and 1 (batch 1, a root-only tree, an empty prefix), so a batch
-compiles a few graphs at its first rounds. Those first calls are the warm-up, timed and counted
-here (`warmup_s`, `compiles`) so a benchmark can report them beside the rounds they paid for.
+As with CUDA graphs (graphs.py), one compiled graph per fixed round shape (rows, tree nodes,
+prefix read length, cache rows), with no dynamic sizes, so the round's buckets (shapes.py)
+bound how many graphs there are. The first call of a shape compiles its graph: that is the
+warm-up, timed and counted here (`warmup_s`, `compiles`) so a benchmark can report it beside
+the rounds it paid for.
+
+What a graph takes and leaves, and why (measured, docs/BENCHMARKS.md "torch.compile of the
+verify forward"):
+- Plain tensors in: the Step and the cache are rebuilt inside the graph, so their per-forward
+  memos (Step.biases, the cache's layer views) are no side effects Dynamo replays per call.
+- No cache write inside: an in-place scatter into a graph input is functionalised, and on CPU
+  Inductor then copies the whole cache (every layer, every row) per layer written. The graph
+  records the writes (`_Recorder`) and returns their tensors; they run eagerly after it, a
+  few small scatters. Exact: a forward's layers read only their own layer's prefix, before
+  their own write.
+- Fixed sizes: with dynamic=True the prefix read length reached a dict key (the memoised
+  attention biases), which specialises it, so every new read length recompiled.
 
 `backend`: "inductor" generates fused C++ (CPU) or Triton (CUDA) kernels; "eager" only traces
 (Dynamo, no code generation), which checks that the forward compiles without paying for
@@ -14,8 +26,10 @@ layer ids as dynamic ints and `layer.index in taps` would stop matching.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -34,32 +48,67 @@ class CompiledForward:
     def __init__(self, target: Target, taps: Sequence[int], backend: str) -> None:
         if backend not in BACKENDS[1:]:
             raise ValueError(f"compile backend must be one of {BACKENDS[1:]}, got {backend!r}")
-        self.taps = taps = tuple(taps)
+        self.target, self.taps, self.backend = target, tuple(taps), backend
+        self.graphs: dict[tuple, Callable] = {}  # round shape -> its compiled forward
+        self.warmup_s = 0.0  # seconds spent in first calls (each compiles a graph)
 
-        def verify(ids: Tensor, step: Step, cache: Cache) -> tuple[Tensor, Tensor]:
-            return target(ids, step, cache, taps)
-
-        self.fn = torch.compile(verify, backend=backend, dynamic=True)
-        self.seen: set[tuple] = set()
-        self.compiles = 0  # first calls of a shape class (each may compile a graph)
-        self.warmup_s = 0.0  # seconds spent in those first calls
+    @property
+    def compiles(self) -> int:
+        return len(self.graphs)
 
     def __call__(self, ids: Tensor, step: Step, cache: Cache,
                  taps: Sequence[int]) -> tuple[Tensor, Tensor]:
         if tuple(taps) != self.taps:
             raise ValueError(f"compiled for taps {self.taps}, called with {tuple(taps)}")
-        key = _shape_class(ids, step)
-        if key in self.seen:
-            return self.fn(ids, step, cache)
-        began = time.perf_counter()
-        out = self.fn(ids, step, cache)
-        self.warmup_s += time.perf_counter() - began
-        self.seen.add(key)
-        self.compiles += 1
-        return out
+        stored = [getattr(cache, f.name) for f in dataclasses.fields(cache)]
+        args = (ids, step.positions, step.slots, step.prefix_lens, step.mask, *stored)
+        key = (type(cache), *(a.shape for a in args), step.read_len, step.fused)
+        graph = self.graphs.get(key)
+        if graph is None:
+            graph = self._compile(type(cache), step.read_len, step.fused)
+            began = time.perf_counter()
+            hidden, features, writes = graph(*args)
+            self.warmup_s += time.perf_counter() - began
+            self.graphs[key] = graph
+        else:
+            hidden, features, writes = graph(*args)
+        for method, write_args in writes:  # the cache writes, eagerly, into the real cache
+            getattr(cache, method)(*write_args)
+        return hidden, features
+
+    def _compile(self, cache_type: type, read_len: int, fused: bool) -> Callable:
+        target, taps = self.target, self.taps
+
+        def forward(ids: Tensor, positions: Tensor, slots: Tensor, prefix_lens: Tensor,
+                    mask: Tensor, *stored: Tensor) -> tuple[Tensor, Tensor, list]:
+            step = Step(positions, slots, prefix_lens, read_len, mask, fused)
+            recorder = _Recorder(cache_type(*stored))
+            hidden, features = target(ids, step, recorder, taps)
+            return hidden, features, recorder.writes
+
+        # Dynamo keeps its compiled graphs on the function's code object, shared by every
+        # closure of `forward`: all shapes of all engines would pile up there, past Dynamo's
+        # recompile limit (8), after which it runs eager without a word. A code object of its
+        # own gives each shape one entry, dropped with the graph.
+        own = types.FunctionType(forward.__code__.replace(), forward.__globals__,
+                                 forward.__name__, None, forward.__closure__)
+        return torch.compile(own, backend=self.backend, dynamic=False)
 
 
-def _shape_class(ids: Tensor, step: Step) -> tuple:
-    """What makes Dynamo compile another graph: sizes of 0 or 1 are specialised, others not."""
-    b, n = ids.shape
-    return min(b, 2), min(n, 2), min(step.read_len, 2)
+class _Recorder:
+    """A cache inside a compiled graph: reads go to the cache, writes are recorded (method,
+    args) for the caller to run after the graph. Covers both caches' interfaces: KVCache's
+    `write_at` (and `write`), LatentCache's `write`."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.writes: list[tuple[str, tuple]] = []
+
+    def prefix(self, layer: int, length: int):
+        return self.cache.prefix(layer, length)
+
+    def write_at(self, *args) -> None:
+        self.writes.append(("write_at", args))
+
+    def write(self, *args) -> None:
+        self.writes.append(("write", args))

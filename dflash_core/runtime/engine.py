@@ -42,12 +42,14 @@ class EngineConfig:
     # growing with the prompt squared) instead of the reference matmuls.
     fused_attention: bool = False
     # Capture each round shape in a CUDA graph and replay it (graphs.py); needs a CUDA device.
-    # Without a context_bucket the prefix read would differ every round, so graphs read in
-    # buckets of DEFAULT_GRAPH_CONTEXT_BUCKET slots unless one is set.
+    # Without a context_bucket the prefix read would differ every round, so graphs (and
+    # compiled forwards, one per shape too) read in buckets of DEFAULT_GRAPH_CONTEXT_BUCKET
+    # slots unless one is set.
     cuda_graphs: bool = False
     # The verify forward through torch.compile (compiled.py): "none" (eager), "inductor" or
-    # "eager" (Dynamo tracing only). Off by default: on the tiny pair on 2 CPU cores Inductor
-    # measured no faster at batch 1 and slower at batch 8 (docs/BENCHMARKS.md, issue 18).
+    # "eager" (Dynamo tracing only); one fixed-shape graph per round shape. Off by default: on
+    # the tiny pair on CPU its rounds are faster, but its warm-up (an Inductor compile of
+    # 10-25 s per shape) takes thousands of rounds to repay (docs/BENCHMARKS.md, issue 18).
     compile: str = "none"
 
     def __post_init__(self) -> None:
@@ -58,7 +60,7 @@ class EngineConfig:
         if self.compile != "none" and self.cuda_graphs:
             raise ValueError("compile and cuda_graphs are exclusive: graphs replay the eager round")
         RoundShapes(tuple(self.batch_buckets), self.context_bucket)  # validates them
-        if self.cuda_graphs and not self.context_bucket:
+        if (self.cuda_graphs or self.compile != "none") and not self.context_bucket:
             self.context_bucket = DEFAULT_GRAPH_CONTEXT_BUCKET
 
 

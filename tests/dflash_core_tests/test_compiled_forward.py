@@ -7,9 +7,13 @@ generates C++ (minutes): both are marked slow.
 from __future__ import annotations
 
 import pytest
+import torch
 from core_helpers import BLOCK, PROMPTS, make_drafter, make_target
 
 from dflash_core import DFlashProposer, Engine, EngineConfig, SamplingParams, Spec
+from dflash_core.models.step import Step
+from dflash_core.runtime.compiled import CompiledForward
+from dflash_core.runtime.engine import DEFAULT_GRAPH_CONTEXT_BUCKET
 
 GREEDY = SamplingParams(max_tokens=10)
 SPEC = Spec.ddtree(BLOCK, 8, topk=2)  # the tree mask: the case a chain would not exercise
@@ -48,3 +52,57 @@ def test_compile_refuses_an_unknown_backend_and_cuda_graphs():
         EngineConfig(compile="tensorrt")
     with pytest.raises(ValueError, match="exclusive"):
         EngineConfig(compile="inductor", cuda_graphs=True)
+
+
+def test_compiled_forward_writes_the_cache_as_eager_does_one_graph_per_shape():
+    """The graph returns the cache writes and they run after it (compiled.py): the cache and the
+    outputs must still be eager's, bit for bit (Dynamo trace, no Inductor: seconds)."""
+    target = make_target()
+    taps = (0, 2)
+    compiled = CompiledForward(target, taps, "eager")
+    starts = torch.tensor([9, 4, 7])
+    ids = torch.tensor([[5, 6], [7, 8], [9, 10]])
+    with torch.inference_mode():
+        caches = [target.allocate_cache(4, 32) for _ in range(2)]
+        for cache in caches:
+            torch.manual_seed(3)
+            cache.k.normal_()
+            cache.v.normal_()
+        for read_len in (12, 12, 16):
+            eager = target(ids, Step.causal(starts, 2, read_len), caches[0].row_range(3), taps)
+            got = compiled(ids, Step.causal(starts, 2, read_len), caches[1].row_range(3), taps)
+            assert all(torch.equal(a, b) for a, b in zip(got, eager, strict=True))
+            assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+            starts = starts + 2
+    assert compiled.compiles == 2  # read 12 twice (other starts, one graph), then 16
+    with pytest.raises(ValueError, match="compiled for taps"):
+        compiled(ids, Step.causal(starts, 2, 16), caches[1].row_range(3), [0])
+
+
+def test_compile_reads_the_prefix_in_buckets_by_default():
+    assert EngineConfig(compile="inductor").context_bucket == DEFAULT_GRAPH_CONTEXT_BUCKET
+    assert EngineConfig(compile="inductor", context_bucket=64).context_bucket == 64
+    assert EngineConfig().context_bucket == 0
+
+
+@pytest.mark.slow  # nine Dynamo traces, ~12 s on 2 cores
+def test_compiled_shapes_past_dynamos_recompile_limit_stay_compiled():
+    """Each shape's graph has a code object of its own: nine shapes, in nine CompiledForwards
+    as nine engines would make, must each be compiled, not sent back to eager at Dynamo's
+    limit of 8 (the backend here counts the graphs Dynamo hands it)."""
+    target = make_target()
+    calls = []
+
+    def counting_backend(graph, example_inputs):
+        calls.append(len(example_inputs))
+        return graph.forward
+
+    with torch.inference_mode():
+        cache = target.allocate_cache(2, 40)
+        for read_len in range(4, 13):
+            compiled = CompiledForward(target, (), "eager")
+            compiled.backend = counting_backend
+            starts = torch.tensor([read_len, read_len - 1])
+            compiled(torch.tensor([[3], [4]]), Step.causal(starts, 1, read_len),
+                     cache.row_range(2), ())
+    assert len(calls) == 9
