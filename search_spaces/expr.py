@@ -29,6 +29,7 @@ FUNCTIONS: dict[str, tuple[Callable[..., Any], int, int | None]] = {
     "abs": (abs, 1, 1),
 }
 _CONSTANT_TYPES = (bool, int, float, str, type(None))
+_MAX_DEPTH = 100  # nested nodes; a real constraint has a handful
 _MAX_POW_BITS = 4096  # `9 ** 9 ** 9` would hang the process; no search space needs such numbers
 
 
@@ -124,7 +125,9 @@ def compile_expr(source: str | int | float, where: str) -> Expr:
     names: set[str] = set()
     short = text if len(text) <= 80 else text[:77] + "..."
     try:
-        fn = _build(ast.parse(text.strip(), mode="eval").body, names)
+        tree = ast.parse(text.strip(), mode="eval").body
+        _check_depth(tree, short)
+        fn = _build(tree, names)
     except SyntaxError as e:
         raise SpaceError(f"{where}: invalid expression {short!r}: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
@@ -136,6 +139,18 @@ def compile_expr(source: str | int | float, where: str) -> Expr:
 
 class _Rejected(Exception):
     pass
+
+
+def _check_depth(tree: ast.AST, short: str) -> None:
+    """A ValueError past _MAX_DEPTH nested nodes. Checked here, without recursion, because the
+    interpreter's recursion limit is not ours to rely on: torch's compiler raises it in-process,
+    and `-` * 600 + `1` would then build (and evaluate) instead of being refused."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 def _build(node: ast.AST, names: set[str]) -> Fn:

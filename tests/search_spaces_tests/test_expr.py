@@ -127,3 +127,17 @@ def test_and_or_short_circuit_past_unset_names() -> None:
     expr = compile_expr("algo == 'ddtree' and budget > 8", "w")
     assert expr.evaluate({"algo": "dflash"}) is False
     assert compile_expr("algo == 'none' or budget > 8", "w").evaluate({"algo": "none"}) is True
+
+
+def test_deep_nesting_is_refused_whatever_the_recursion_limit() -> None:
+    """The refusal must not depend on sys.getrecursionlimit(): torch's compiler raises it."""
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        with pytest.raises(SpaceError, match=r"nested deeper than"):
+            compile_expr("-" * 600 + "1", "t.yaml: x")
+    finally:
+        sys.setrecursionlimit(old)
+    assert compile_expr("-" * 50 + "1", "t.yaml: x").evaluate({}) == 1
