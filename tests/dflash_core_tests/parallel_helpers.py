@@ -59,6 +59,21 @@ def specs(block: int) -> list[Spec]:
     return [Spec.none(), Spec.dflash(block), Spec.ddtree(block, 2 * block, topk=3)]
 
 
+def assert_lossless_with_drafts(engine, reference: list[list[int]], block: int,
+                                prompts=PROMPTS) -> list:
+    """Every method of `specs(block)` gives `reference` (the single-device greedy tokens) and
+    the speculative ones really accept drafts (an oracle drafter) -> the runs, in that order."""
+    runs = []
+    for spec in specs(block):
+        with torch.inference_mode():
+            run = engine.generate(prompts, GREEDY, spec)
+        assert run.tokens == reference, spec
+        if spec.method != "none":
+            assert run.stats.mean_acceptance > 1.5, (spec, run.stats.acceptance)
+        runs.append(run)
+    return runs
+
+
 def tokens_joining_mid_flight(engine, spec: Spec, prompts=PROMPTS) -> list[list[int]]:
     """Each prompt's greedy tokens from a live batch that two requests start, a third joins after
     two rounds, and the last takes the first row freed (continuous batching)."""
