@@ -53,7 +53,7 @@ class InProcessBackend(Backend):
             try:
                 engine, spec = self._engine(launch, workload, stack)
                 engine.check_spec(spec)  # e.g. a block above the drafter's fails here, not later
-                if engine.config.cuda_graphs:  # part of the launch, as a server's capture is
+                if engine.config.fixed_shapes:  # part of the launch, as a server's capture is
                     _capture(engine, spec, workload)
             except Exception as error:  # the engine's own failure: classified like a server log
                 text = f"{type(error).__name__}: {error}"

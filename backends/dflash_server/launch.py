@@ -31,16 +31,18 @@ def build_loop(options: ServeOptions, ranks_out: list | None = None, after_round
 
     _, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
     spec = to_spec(options, drafter.block_size if drafter else None, options.spine)
-    if options.cuda_graph_bs and not engine.config.cuda_graphs:
+    if options.cuda_graph_bs and not engine.config.fixed_shapes:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
-                    "CUDA graphs (they need a CUDA device)", options.cuda_graph_bs,
+                    "CUDA graphs (they need a CUDA device) or --compile", options.cuda_graph_bs,
                     options.device)
     loop = EngineLoop(engine, spec, options.seed, after_round)
-    if engine.config.cuda_graphs:  # before the first request, as servers do
+    if engine.config.fixed_shapes:  # before the first request, as servers do
         began = time.perf_counter()
         with torch.inference_mode():
             made = loop.batch.capture()
-        log.info("captured %d CUDA graphs in %.1f s", made, time.perf_counter() - began)
+        what = "captured %d CUDA graphs" if engine.config.cuda_graphs else \
+            f"compiled %d graphs ({engine.config.compile})"
+        log.info(what + " in %.1f s", made, time.perf_counter() - began)
     return loop
 
 

@@ -158,25 +158,31 @@ class LiveBatch:
 
     def capture(self, read_lens: list[int] | None = None,
                 modes: tuple[str, ...] = ("greedy",)) -> int:
-        """Capture the CUDA graphs of every row count (largest first) x read length x sampling
-        mode before any request arrives, so no request waits for a capture. Each capture runs
-        one real round over idle rows (harmless: they compute into their own rows). Default
-        read lengths: every bucket up to the engine's max_context. Returns how many graphs were
-        made."""
-        graphs = self.round.graphs
-        if graphs is None:
-            raise ValueError("CUDA graphs are off (EngineConfig.cuda_graphs)")
+        """Capture the CUDA graphs, or compile the compiled forwards (their CPU analogue), of
+        every row count (largest first) x read length (x sampling mode, for graphs: a compiled
+        forward does not depend on it) before any request arrives, so no request waits for a
+        capture or a compile. Each shape runs one real round over idle rows (harmless: they
+        compute into their own rows). Default read lengths: every bucket up to the engine's
+        max_context. Returns how many graphs were made."""
+        graphs, compiled = self.round.graphs, self.round.compiled()
+        if graphs is None and not compiled:
+            raise ValueError("neither CUDA graphs nor compile is on (EngineConfig.cuda_graphs, "
+                             "EngineConfig.compile)")
         if self.live_rows():
             raise RuntimeError("capture runs rounds on idle rows: call it before admitting")
-        before = graphs.captures
+
+        def made() -> int:
+            return graphs.captures if graphs else sum(c.compiles for c in compiled)
+
+        before = made()
         lens = read_lens or self.shapes.all_read_lens(self.max_context, self.cache.capacity)
         self.state.starts.zero_()
         for n in self.shapes.all_rows(len(self.requests)):
             for read_len in lens:
-                for mode in modes:
-                    if (n, read_len, mode) not in graphs.graphs:
+                for mode in modes if graphs else modes[:1]:
+                    if graphs is None or (n, read_len, mode) not in graphs.graphs:
                         self.round.step(n, read_len, mode, False)
-        return graphs.captures - before
+        return made() - before
 
     def _emit_round(self, n: int) -> list[Emitted]:
         host = self.state.packet[:n].tolist()  # the round's one host sync

@@ -1,20 +1,23 @@
-"""The verify forward through torch.compile: the CPU analogue of capturing it in a CUDA graph.
+"""The round's forwards through torch.compile: the CPU analogue of capturing them in a CUDA graph.
 
 As with CUDA graphs (graphs.py), one compiled graph per fixed round shape (rows, tree nodes,
 prefix read length, cache rows), with no dynamic sizes, so the round's buckets (shapes.py)
-bound how many graphs there are. The first call of a shape compiles its graph: that is the
-warm-up, timed and counted here (`warmup_s`, `compiles`) so a benchmark can report it beside
-the rounds it paid for.
+bound how many graphs there are. Two forwards are compiled: the target's verify
+(`CompiledForward`) and the drafter's block pass (`CompiledProposer`). The first call of a shape
+compiles its graph: that is the warm-up, timed and counted here (`warmup_s`, `compiles`) so a
+benchmark can report it beside the rounds it paid for, and `LiveBatch.capture` can pay it
+before the first request, as a server captures its graphs.
 
 What a graph takes and leaves, and why (measured, docs/BENCHMARKS.md "torch.compile of the
 verify forward"):
 - Plain tensors in: the Step and the cache are rebuilt inside the graph, so their per-forward
   memos (Step.biases, the cache's layer views) are no side effects Dynamo replays per call.
 - No cache write inside: an in-place scatter into a graph input is functionalised, and on CPU
-  Inductor then copies the whole cache (every layer, every row) per layer written. The graph
-  records the writes (`_Recorder`) and returns their tensors; they run eagerly after it, a
-  few small scatters. Exact: a forward's layers read only their own layer's prefix, before
-  their own write.
+  Inductor then copies the whole cache (every layer, every row) per layer written. The verify
+  graph records the writes (`_Recorder`) and returns their tensors; they run eagerly after it,
+  a few small scatters. Exact: a forward's layers read only their own layer's prefix, before
+  their own write. The drafter's context writes are read by its block pass, so they run
+  eagerly before its graph, which writes nothing.
 - Fixed sizes: with dynamic=True the prefix read length reached a dict key (the memoised
   attention biases), which specialises it, so every new read length recompiled.
 
@@ -29,16 +32,54 @@ from __future__ import annotations
 import dataclasses
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
 
 from dflash_core.models.cache import Cache
+from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
+from dflash_core.speculation.proposer import DFlashProposer, DraftInput
 
 BACKENDS = ("none", "inductor", "eager")
+
+
+class ShapeGraphs:
+    """One compiled graph per shape key, each made on the key's first call (timed)."""
+
+    def __init__(self, backend: str) -> None:
+        if backend not in BACKENDS[1:]:
+            raise ValueError(f"compile backend must be one of {BACKENDS[1:]}, got {backend!r}")
+        self.backend = backend
+        self.graphs: dict[Hashable, Callable] = {}
+        self.warmup_s = 0.0  # seconds spent in first calls (each compiles a graph)
+
+    @property
+    def compiles(self) -> int:
+        return len(self.graphs)
+
+    def call(self, key: Hashable, make: Callable[[], Callable], *args: Tensor):
+        """The graph of `key` (compiled from `make()` on first use) applied to `args`."""
+        graph = self.graphs.get(key)
+        if graph is not None:
+            return graph(*args)
+        graph = self._compile(make())
+        began = time.perf_counter()
+        out = graph(*args)
+        self.warmup_s += time.perf_counter() - began
+        self.graphs[key] = graph
+        return out
+
+    def _compile(self, fn: Callable) -> Callable:
+        # Dynamo keeps its compiled graphs on the function's code object, shared by every
+        # closure of one `def`: all shapes of all engines would pile up there, past Dynamo's
+        # recompile limit (8), after which it runs eager without a word. A code object of its
+        # own gives each shape one entry, dropped with the graph.
+        own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, None,
+                                 fn.__closure__)
+        return torch.compile(own, backend=self.backend, dynamic=False)
 
 
 class CompiledForward:
@@ -46,15 +87,8 @@ class CompiledForward:
     set of taps; eager-identical tokens (tests/dflash_core_tests/test_compiled_forward.py)."""
 
     def __init__(self, target: Target, taps: Sequence[int], backend: str) -> None:
-        if backend not in BACKENDS[1:]:
-            raise ValueError(f"compile backend must be one of {BACKENDS[1:]}, got {backend!r}")
-        self.target, self.taps, self.backend = target, tuple(taps), backend
-        self.graphs: dict[tuple, Callable] = {}  # round shape -> its compiled forward
-        self.warmup_s = 0.0  # seconds spent in first calls (each compiles a graph)
-
-    @property
-    def compiles(self) -> int:
-        return len(self.graphs)
+        self.target, self.taps = target, tuple(taps)
+        self.shapes = ShapeGraphs(backend)
 
     def __call__(self, ids: Tensor, step: Step, cache: Cache,
                  taps: Sequence[int]) -> tuple[Tensor, Tensor]:
@@ -63,20 +97,13 @@ class CompiledForward:
         stored = [getattr(cache, f.name) for f in dataclasses.fields(cache)]
         args = (ids, step.positions, step.slots, step.prefix_lens, step.mask, *stored)
         key = (type(cache), *(a.shape for a in args), step.read_len, step.fused)
-        graph = self.graphs.get(key)
-        if graph is None:
-            graph = self._compile(type(cache), step.read_len, step.fused)
-            began = time.perf_counter()
-            hidden, features, writes = graph(*args)
-            self.warmup_s += time.perf_counter() - began
-            self.graphs[key] = graph
-        else:
-            hidden, features, writes = graph(*args)
+        hidden, features, writes = self.shapes.call(
+            key, lambda: self._forward(type(cache), step.read_len, step.fused), *args)
         for method, write_args in writes:  # the cache writes, eagerly, into the real cache
             getattr(cache, method)(*write_args)
         return hidden, features
 
-    def _compile(self, cache_type: type, read_len: int, fused: bool) -> Callable:
+    def _forward(self, cache_type: type, read_len: int, fused: bool) -> Callable:
         target, taps = self.target, self.taps
 
         def forward(ids: Tensor, positions: Tensor, slots: Tensor, prefix_lens: Tensor,
@@ -86,13 +113,45 @@ class CompiledForward:
             hidden, features = target(ids, step, recorder, taps)
             return hidden, features, recorder.writes
 
-        # Dynamo keeps its compiled graphs on the function's code object, shared by every
-        # closure of `forward`: all shapes of all engines would pile up there, past Dynamo's
-        # recompile limit (8), after which it runs eager without a word. A code object of its
-        # own gives each shape one entry, dropped with the graph.
-        own = types.FunctionType(forward.__code__.replace(), forward.__globals__,
-                                 forward.__name__, None, forward.__closure__)
-        return torch.compile(own, backend=self.backend, dynamic=False)
+        return forward
+
+
+class CompiledProposer:
+    """A DFlashProposer whose block pass (embed, drafter layers, LM head: no cache writes) runs
+    compiled per shape (rows, block, prefix read); its context writes stay eager, before it.
+    Same logits as the proposer it wraps, which keeps its cache and is not changed."""
+
+    def __init__(self, proposer: DFlashProposer, backend: str) -> None:
+        self.proposer = proposer
+        self.block_size, self.tap_layers = proposer.block_size, proposer.tap_layers
+        self.shapes = ShapeGraphs(backend)
+
+    def begin(self, batch: int, capacity: int) -> None:
+        self.proposer.begin(batch, capacity)
+
+    def absorb(self, rows: list[int], features: Tensor, positions: Tensor) -> None:
+        self.proposer.absorb(rows, features, positions)
+
+    def propose(self, draft: DraftInput) -> Tensor:
+        cache = self.proposer.write_round_context(draft)
+        args = (draft.anchors, draft.starts, cache.k, cache.v)
+        key = (*(a.shape for a in args), draft.read_len, draft.block_size, draft.fused)
+        return self.shapes.call(
+            key, lambda: self._block(draft.read_len, draft.block_size, draft.fused), *args)
+
+    def _block(self, read_len: int, block_size: int, fused: bool) -> Callable:
+        proposer = self.proposer
+
+        def block(anchors: Tensor, starts: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            return proposer.block_logits(anchors, starts, read_len, block_size, fused,
+                                         KVCache(k, v))
+
+        return block
+
+
+def compiled_graphs(*forwards: object) -> list[ShapeGraphs]:
+    """The graphs of those of `forwards` (a verify forward, a proposer) that are compiled."""
+    return [f.shapes for f in forwards if isinstance(f, (CompiledForward, CompiledProposer))]
 
 
 class _Recorder:

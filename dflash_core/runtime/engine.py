@@ -16,11 +16,12 @@ from dflash_core.models.target import Target
 from dflash_core.parallel.mirror import mirrored
 from dflash_core.runtime.batch import LiveBatch
 from dflash_core.runtime.compiled import BACKENDS as COMPILE_BACKENDS
-from dflash_core.runtime.compiled import CompiledForward
+from dflash_core.runtime.compiled import (CompiledForward, CompiledProposer, ShapeGraphs,
+                                          compiled_graphs)
 from dflash_core.runtime.round import Round
 from dflash_core.runtime.shapes import RoundShapes
 from dflash_core.runtime.stats import Generation
-from dflash_core.speculation.proposer import Proposer
+from dflash_core.speculation.proposer import DFlashProposer, Proposer
 from dflash_core.speculation.spec import SamplingParams, Spec, checked_prompts
 
 DEFAULT_GRAPH_CONTEXT_BUCKET = 256
@@ -60,8 +61,14 @@ class EngineConfig:
         if self.compile != "none" and self.cuda_graphs:
             raise ValueError("compile and cuda_graphs are exclusive: graphs replay the eager round")
         RoundShapes(tuple(self.batch_buckets), self.context_bucket)  # validates them
-        if (self.cuda_graphs or self.compile != "none") and not self.context_bucket:
+        if self.fixed_shapes and not self.context_bucket:
             self.context_bucket = DEFAULT_GRAPH_CONTEXT_BUCKET
+
+    @property
+    def fixed_shapes(self) -> bool:
+        """Rounds run per-shape work made ahead (CUDA graphs or compiled forwards), which
+        `LiveBatch.capture` makes for every shape before the first request."""
+        return self.cuda_graphs or self.compile != "none"
 
 
 class Engine:
@@ -80,13 +87,21 @@ class Engine:
         if self.config.cuda_graphs and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs needs a CUDA device; the target is on {self.device}")
         self._rounds: dict[tuple[Spec, int, Proposer | None], Round] = {}
-        # One per engine: every round of it verifies with the same target and taps.
+        # One per engine: every round of it verifies with the same target and taps. A DFlash
+        # drafter's block pass is compiled too, in a wrapper: the caller's proposer is not
+        # changed (an oracle, or any other proposer, runs as it is).
         self.compiled = CompiledForward(target, self.taps, self.config.compile) \
             if self.config.compile != "none" else None
+        if self.compiled is not None and isinstance(proposer, DFlashProposer):
+            self.proposer = proposer = CompiledProposer(proposer, self.config.compile)
         if proposer is not None:
             # Its cache at the largest size now: a later, larger batch would reallocate it
             # under the graphs captured on the old one.
             proposer.begin(self.config.max_batch, self.capacity)
+
+    def compiled_graphs(self) -> list[ShapeGraphs]:
+        """The compiled forwards' graphs (verify, then draft), each with its warm-up."""
+        return compiled_graphs(self.compiled, self.proposer)
 
     def open_batch(self, spec: Spec, rows: int | None = None, seed: int = 0) -> LiveBatch:
         """A live batch over cache rows [0, rows) (default: all max_batch of them)."""

@@ -19,6 +19,7 @@ from dflash_core.models.cache import Cache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
 from dflash_core.parallel.traffic import Traffic
+from dflash_core.runtime.compiled import ShapeGraphs, compiled_graphs
 from dflash_core.runtime.graphs import RoundGraphs
 from dflash_core.runtime.stats import GenerationStats
 from dflash_core.speculation.accept import Acceptance, accept
@@ -72,6 +73,10 @@ class Round:
         self.graphs = RoundGraphs(
             lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
             if cuda_graphs else None
+
+    def compiled(self) -> list[ShapeGraphs]:
+        """The compiled forwards' graphs (verify, draft) that this round runs, if any."""
+        return compiled_graphs(self.forward, self.proposer)
 
     def reset(self, seed: int, stats: GenerationStats) -> None:
         """A new batch: every row idle, the generator at `seed`, its stats."""

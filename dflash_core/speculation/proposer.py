@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from dflash_core.models.drafter import Drafter
+from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
 
@@ -60,13 +61,23 @@ class DFlashProposer:
             self.drafter.write_context(features[i : i + 1], positions[None], self.cache.row(row))
 
     def propose(self, draft: DraftInput) -> Tensor:
+        cache = self.write_round_context(draft)
+        return self.block_logits(draft.anchors, draft.starts, draft.read_len, draft.block_size,
+                                 draft.fused, cache)
+
+    def write_round_context(self, draft: DraftInput) -> KVCache:
+        """The last round's accepted features into the cache; -> the round's rows of it."""
         cache = self.cache.row_range(len(draft.starts))
         self.drafter.write_context(draft.features, draft.feature_positions, cache)
-        bs = draft.block_size
-        masks = torch.full((len(draft.starts), bs - 1), self.drafter.config.mask_token_id,
-                           device=draft.anchors.device)
-        block = torch.cat([draft.anchors[:, None], masks], dim=1)  # [B, bs]: slot 0 = real anchor
-        step = Step.causal(draft.starts, bs, draft.read_len, draft.fused)
+        return cache
+
+    def block_logits(self, anchors: Tensor, starts: Tensor, read_len: int, bs: int,
+                     fused: bool, cache: KVCache) -> Tensor:
+        """The block pass, which writes nothing (what runtime/compiled.py compiles)."""
+        masks = torch.full((len(starts), bs - 1), self.drafter.config.mask_token_id,
+                           device=anchors.device)
+        block = torch.cat([anchors[:, None], masks], dim=1)  # [B, bs]: slot 0 = real anchor
+        step = Step.causal(starts, bs, read_len, fused)
         step.mask = torch.ones_like(step.mask)  # non-causal inside the block
         hidden = self.drafter(self.target.embed(block), step, cache)  # [B, bs, H]
         return self.target.logits(hidden[:, 1:])  # [B, bs - 1, V]: slot j predicts start + j

@@ -33,7 +33,8 @@ def _tokens(engine: Engine) -> list:
 def _check_compiled_equals_eager(backend: str) -> None:
     compiled = _engine(backend)
     assert _tokens(compiled) == _tokens(_engine("none"))
-    assert compiled.compiled.compiles >= 2 and compiled.compiled.warmup_s > 0
+    verify, draft = compiled.compiled_graphs()
+    assert verify.compiles >= 2 and verify.warmup_s > 0 and draft.compiles >= 2
     assert all(r.forward is compiled.compiled for r in compiled._rounds.values())
 
 
@@ -74,7 +75,7 @@ def test_compiled_forward_writes_the_cache_as_eager_does_one_graph_per_shape():
             assert all(torch.equal(a, b) for a, b in zip(got, eager, strict=True))
             assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
             starts = starts + 2
-    assert compiled.compiles == 2  # read 12 twice (other starts, one graph), then 16
+    assert compiled.shapes.compiles == 2  # read 12 twice (other starts, one graph), then 16
     with pytest.raises(ValueError, match="compiled for taps"):
         compiled(ids, Step.causal(starts, 2, 16), caches[1].row_range(3), [0])
 
@@ -101,8 +102,31 @@ def test_compiled_shapes_past_dynamos_recompile_limit_stay_compiled():
         cache = target.allocate_cache(2, 40)
         for read_len in range(4, 13):
             compiled = CompiledForward(target, (), "eager")
-            compiled.backend = counting_backend
+            compiled.shapes.backend = counting_backend
             starts = torch.tensor([read_len, read_len - 1])
             compiled(torch.tensor([[3], [4]]), Step.causal(starts, 1, read_len),
                      cache.row_range(2), ())
     assert len(calls) == 9
+
+
+@pytest.mark.slow  # four Dynamo traces, ~20 s on 2 cores
+def test_capture_compiles_every_round_shape_before_a_request_and_serving_compiles_none():
+    """`LiveBatch.capture` with compile on is what it is with CUDA graphs: every (rows bucket,
+    read bucket) shape of the verify and of the drafter's block pass is compiled before the
+    first request, so the requests after it compile nothing and get eager's tokens."""
+    target, drafter = make_target(), make_drafter()
+    config = dict(max_batch=2, max_context=40, max_tree_nodes=16, batch_buckets=(1, 2))
+    compiled = Engine(target, DFlashProposer(drafter, target),
+                      EngineConfig(**config, compile="eager"))
+    eager = Engine(target, DFlashProposer(drafter, target), EngineConfig(**config))
+    chain = Spec.dflash(BLOCK)
+    with torch.inference_mode():
+        made = compiled.open_batch(chain).capture()
+    verify, draft = compiled.compiled_graphs()
+    assert made == 4 and (verify.compiles, draft.compiles) == (2, 2)  # rows 2 and 1, one read
+    for prompts in (PROMPTS[:2], PROMPTS[:1]):
+        assert compiled.generate(prompts, GREEDY, chain).tokens == \
+            eager.generate(prompts, GREEDY, chain).tokens
+    assert (verify.compiles, draft.compiles) == (2, 2)
+    with pytest.raises(ValueError, match="neither CUDA graphs nor compile"):
+        eager.open_batch(chain).capture()
