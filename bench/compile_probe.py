@@ -14,6 +14,11 @@ difference is the compiler's and not the round's:
   the cache writes run eagerly after the graph (in the graph they copy the whole cache).
 - `freeze`: `engine` with `torch._inductor.config.freezing` (weights folded in as constants and
   prepacked for oneDNN on CPU).
+- `cppwrap`: `engine` with `torch._inductor.config.cpp_wrapper`: the code that calls the
+  generated kernels is C++ too, not Python.
+- `noguard`: `engine` called under `torch.compiler.set_stance(skip_guard_eval_unsafe=True)`:
+  Dynamo skips re-checking its guards (which tensors, which shapes, which parameters) on every
+  call. Safe here only because each shape has a graph (a code object) of its own.
 
     OMP_NUM_THREADS=1 python bench/compile_probe.py --variants eager,static --batches 1,8 \
         [--nodes 1] [--read-len 64] [--calls 300] [--explain]
@@ -60,10 +65,16 @@ def variant_fn(name: str, target, taps: tuple[int, ...], read_len: int):
 
     if name == "eager":
         return through_step
-    if name in ("engine", "freeze"):
+    if name in ("engine", "freeze", "cppwrap", "noguard"):
         compiled = CompiledForward(target, taps, "inductor")
-        return lambda ids, positions, starts, mask, cache: compiled(
-            ids, Step(positions, positions, starts, read_len, mask), cache, taps)
+
+        def engine(ids, positions, starts, mask, cache):
+            return compiled(ids, Step(positions, positions, starts, read_len, mask), cache, taps)
+        if name != "noguard":
+            return engine
+        stance = torch.compiler.set_stance
+        return lambda *args: (stance(skip_guard_eval_unsafe=True)(engine)(*args)
+                              if compiled.shapes.compiles else engine(*args))
     if name in ("dynamic", "static"):
         def closure(ids, step, cache):
             return target(ids, step, cache, taps)
@@ -135,6 +146,7 @@ def main() -> None:
             for name in args.variants.split(","):
                 torch._dynamo.reset()
                 torch._inductor.config.freezing = name == "freeze"
+                torch._inductor.config.cpp_wrapper = name == "cppwrap"
                 base.k.copy_(pristine_k)
                 base.v.copy_(pristine_v)
                 fn = variant_fn(name, target, taps, args.read_len)

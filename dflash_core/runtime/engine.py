@@ -16,8 +16,8 @@ from dflash_core.models.target import Target
 from dflash_core.parallel.mirror import mirrored
 from dflash_core.runtime.batch import LiveBatch
 from dflash_core.runtime.compiled import BACKENDS as COMPILE_BACKENDS
-from dflash_core.runtime.compiled import (CompiledForward, CompiledProposer, ShapeGraphs,
-                                          compiled_graphs)
+from dflash_core.runtime.compiled import (CompiledForward, CompiledProposer,
+                                          CompiledTreeStages, ShapeGraphs, compiled_graphs)
 from dflash_core.runtime.round import Round
 from dflash_core.runtime.shapes import RoundShapes
 from dflash_core.runtime.stats import Generation
@@ -94,14 +94,16 @@ class Engine:
             if self.config.compile != "none" else None
         if self.compiled is not None and isinstance(proposer, DFlashProposer):
             self.proposer = proposer = CompiledProposer(proposer, self.config.compile)
+        self.stages = CompiledTreeStages(self.config.compile) \
+            if self.compiled is not None else None
         if proposer is not None:
             # Its cache at the largest size now: a later, larger batch would reallocate it
             # under the graphs captured on the old one.
             proposer.begin(self.config.max_batch, self.capacity)
 
     def compiled_graphs(self) -> list[ShapeGraphs]:
-        """The compiled forwards' graphs (verify, then draft), each with its warm-up."""
-        return compiled_graphs(self.compiled, self.proposer)
+        """The compiled parts' graphs (verify, draft, tree stages), each with its warm-up."""
+        return compiled_graphs(self.compiled, self.proposer, self.stages)
 
     def open_batch(self, spec: Spec, rows: int | None = None, seed: int = 0) -> LiveBatch:
         """A live batch over cache rows [0, rows) (default: all max_batch of them)."""
@@ -125,6 +127,7 @@ class Engine:
                                       spec, self.taps, cfg.fused_attention, cfg.cuda_graphs)
             if self.compiled is not None:
                 self._rounds[key].forward = self.compiled
+                self._rounds[key].stages = self.stages
         return self._rounds[key]
 
     @torch.inference_mode()

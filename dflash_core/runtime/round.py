@@ -22,11 +22,12 @@ from dflash_core.parallel.traffic import Traffic
 from dflash_core.runtime.compiled import ShapeGraphs, compiled_graphs
 from dflash_core.runtime.graphs import RoundGraphs
 from dflash_core.runtime.stats import GenerationStats
-from dflash_core.speculation.accept import Acceptance, accept
+from dflash_core.speculation.accept import Acceptance
 from dflash_core.speculation.proposer import DraftInput, Proposer
 from dflash_core.speculation.sampling import SamplingTable, sample_table
 from dflash_core.speculation.spec import Spec
-from dflash_core.speculation.tree import Tree, build_tree, chain_tree
+from dflash_core.speculation.stages import EAGER_STAGES, TreeStages
+from dflash_core.speculation.tree import Tree
 
 
 @dataclass(slots=True)
@@ -69,14 +70,16 @@ class Round:
         # A replayed graph runs no Python, so each shape's collectives are counted when it
         # runs eagerly and added per round from here.
         self.traffic: dict[tuple[int, int, str], Traffic] = {}
-        self.forward = target  # the verify forward; the engine may swap in a compiled one
+        # The verify forward and the tree / accept stages; the engine may swap in compiled ones.
+        self.forward = target
+        self.stages: TreeStages = EAGER_STAGES
         self.graphs = RoundGraphs(
             lambda: [self.generator, getattr(self.proposer, "generator", None)]) \
             if cuda_graphs else None
 
     def compiled(self) -> list[ShapeGraphs]:
         """The compiled forwards' graphs (verify, draft) that this round runs, if any."""
-        return compiled_graphs(self.forward, self.proposer)
+        return compiled_graphs(self.forward, self.proposer, self.stages)
 
     def reset(self, seed: int, stats: GenerationStats) -> None:
         """A new batch: every row idle, the generator at `seed`, its stats."""
@@ -105,11 +108,11 @@ class Round:
         with timed("draft", device, stage_timing):
             draft_logits = self._draft(n, read_len)  # [n, L, V] or None
         with timed("build", device, stage_timing):
-            tree = self._tree(state.anchors[:n], draft_logits)
+            tree = self.stages.tree(self.spec, state.anchors[:n], draft_logits)
         with timed("verify", device, stage_timing):
             post, features = self._verify(cache, starts, read_len, tree, mode)
         with timed("accept", device, stage_timing):
-            acc = accept(tree, post, self.path_len)
+            acc = self.stages.accept(tree, post, self.path_len)
         with timed("commit", device, stage_timing):
             self._commit(cache, starts, tree, acc, features)
         if mark is not None:
@@ -122,18 +125,6 @@ class Round:
         return self.proposer.propose(DraftInput(
             state.features[:n], state.feature_positions[:n], state.anchors[:n],
             state.starts[:n], read_len, self.spec.block_size, self.fused))
-
-    def _tree(self, anchors: Tensor, draft_logits: Tensor | None) -> Tree:
-        spec = self.spec
-        if spec.method == "none":
-            return chain_tree(anchors, anchors[:, None][:, :0])
-        if spec.method == "dflash":
-            return chain_tree(anchors, draft_logits.argmax(-1))
-        # A topk above the budget cannot change the tree (a child ranked below `budget` has
-        # `budget` better siblings), so cap it: the candidate set is budget x topk per depth.
-        topk = min(spec.topk or spec.budget, spec.budget)
-        return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, topk,
-                          spec.tree_depth, spec.spine)
 
     def _verify(self, cache: Cache, starts: Tensor, read_len: int, tree: Tree,
                 mode: str) -> tuple[Tensor, Tensor]:

@@ -33,8 +33,9 @@ def _tokens(engine: Engine) -> list:
 def _check_compiled_equals_eager(backend: str) -> None:
     compiled = _engine(backend)
     assert _tokens(compiled) == _tokens(_engine("none"))
-    verify, draft = compiled.compiled_graphs()
+    verify, draft, stages = compiled.compiled_graphs()
     assert verify.compiles >= 2 and verify.warmup_s > 0 and draft.compiles >= 2
+    assert stages.compiles >= 4  # a tree and an accept per shape
     assert all(r.forward is compiled.compiled for r in compiled._rounds.values())
 
 
@@ -109,7 +110,7 @@ def test_compiled_shapes_past_dynamos_recompile_limit_stay_compiled():
     assert len(calls) == 9
 
 
-@pytest.mark.slow  # four Dynamo traces, ~20 s on 2 cores
+@pytest.mark.slow  # eight Dynamo traces, ~25 s on 2 cores
 def test_capture_compiles_every_round_shape_before_a_request_and_serving_compiles_none():
     """`LiveBatch.capture` with compile on is what it is with CUDA graphs: every (rows bucket,
     read bucket) shape of the verify and of the drafter's block pass is compiled before the
@@ -122,11 +123,12 @@ def test_capture_compiles_every_round_shape_before_a_request_and_serving_compile
     chain = Spec.dflash(BLOCK)
     with torch.inference_mode():
         made = compiled.open_batch(chain).capture()
-    verify, draft = compiled.compiled_graphs()
-    assert made == 4 and (verify.compiles, draft.compiles) == (2, 2)  # rows 2 and 1, one read
+    verify, draft, stages = compiled.compiled_graphs()
+    # rows 2 and 1, one read: a verify, a block pass, a tree and an accept for each
+    assert made == 8 and (verify.compiles, draft.compiles, stages.compiles) == (2, 2, 4)
     for prompts in (PROMPTS[:2], PROMPTS[:1]):
         assert compiled.generate(prompts, GREEDY, chain).tokens == \
             eager.generate(prompts, GREEDY, chain).tokens
-    assert (verify.compiles, draft.compiles) == (2, 2)
+    assert (verify.compiles, draft.compiles, stages.compiles) == (2, 2, 4)
     with pytest.raises(ValueError, match="neither CUDA graphs nor compile"):
         eager.open_batch(chain).capture()

@@ -1,0 +1,34 @@
+"""A round's two pure stages: the draft tree from the drafter's logits, and the acceptance walk.
+
+Both are tensor functions of their inputs alone (no state, no cache, no generator), which is
+what lets `runtime/compiled.py` compile each per shape; `TreeStages` is their eager form.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from dflash_core.speculation.accept import Acceptance, accept
+from dflash_core.speculation.spec import Spec
+from dflash_core.speculation.tree import Tree, build_tree, chain_tree
+
+
+class TreeStages:
+    def tree(self, spec: Spec, anchors: Tensor, draft_logits: Tensor | None) -> Tree:
+        """anchors [n], draft_logits [n, L, V] (None for plain decoding) -> the verify tree."""
+        if spec.method == "none":
+            return chain_tree(anchors, anchors[:, None][:, :0])
+        if spec.method == "dflash":
+            return chain_tree(anchors, draft_logits.argmax(-1))
+        # A topk above the budget cannot change the tree (a child ranked below `budget` has
+        # `budget` better siblings), so cap it: the candidate set is budget x topk per depth.
+        topk = min(spec.topk or spec.budget, spec.budget)
+        return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, topk,
+                          spec.tree_depth, spec.spine)
+
+    def accept(self, tree: Tree, post: Tensor, path_len: int) -> Acceptance:
+        """post: [n, N] the target's token per node -> the accepted path, tau and bonus."""
+        return accept(tree, post, path_len)
+
+
+EAGER_STAGES = TreeStages()
