@@ -82,8 +82,8 @@ class ShapeGraphs:
         # closure of one `def`: all shapes of all engines would pile up there, past Dynamo's
         # recompile limit (8), after which it runs eager without a word. A code object of its
         # own gives each shape one entry, dropped with the graph.
-        own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, None,
-                                 fn.__closure__)
+        own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                                 fn.__defaults__, fn.__closure__)
         return torch.compile(own, backend=self.backend, dynamic=False)
 
 

@@ -110,25 +110,28 @@ def test_compiled_shapes_past_dynamos_recompile_limit_stay_compiled():
     assert len(calls) == 9
 
 
-@pytest.mark.slow  # eight Dynamo traces, ~25 s on 2 cores
+@pytest.mark.slow  # fourteen Dynamo traces, ~10 s on 2 cores
 def test_capture_compiles_every_round_shape_before_a_request_and_serving_compiles_none():
     """`LiveBatch.capture` with compile on is what it is with CUDA graphs: every (rows bucket,
-    read bucket) shape of the verify and of the drafter's block pass is compiled before the
-    first request, so the requests after it compile nothing and get eager's tokens."""
+    read bucket) shape of the verify, the drafter's block pass and the tree stages is compiled
+    before the first request, so the requests after it compile nothing and get eager's
+    tokens, for DFlash and for plain decoding (no draft: a tree of the root alone)."""
     target, drafter = make_target(), make_drafter()
     config = dict(max_batch=2, max_context=40, max_tree_nodes=16, batch_buckets=(1, 2))
     compiled = Engine(target, DFlashProposer(drafter, target),
                       EngineConfig(**config, compile="eager"))
     eager = Engine(target, DFlashProposer(drafter, target), EngineConfig(**config))
-    chain = Spec.dflash(BLOCK)
-    with torch.inference_mode():
-        made = compiled.open_batch(chain).capture()
     verify, draft, stages = compiled.compiled_graphs()
-    # rows 2 and 1, one read: a verify, a block pass, a tree and an accept for each
-    assert made == 8 and (verify.compiles, draft.compiles, stages.compiles) == (2, 2, 4)
-    for prompts in (PROMPTS[:2], PROMPTS[:1]):
-        assert compiled.generate(prompts, GREEDY, chain).tokens == \
-            eager.generate(prompts, GREEDY, chain).tokens
-    assert (verify.compiles, draft.compiles, stages.compiles) == (2, 2, 4)
+    with torch.inference_mode():
+        # rows 2 and 1, one read: a verify, a block pass, a tree and an accept for each
+        assert compiled.open_batch(Spec.dflash(BLOCK)).capture() == 8
+        assert compiled.open_batch(Spec.none()).capture() == 6  # no block pass
+    counts = (verify.compiles, draft.compiles, stages.compiles)
+    assert counts == (4, 2, 8)
+    for spec in (Spec.dflash(BLOCK), Spec.none()):
+        for prompts in (PROMPTS[:2], PROMPTS[:1]):
+            assert compiled.generate(prompts, GREEDY, spec).tokens == \
+                eager.generate(prompts, GREEDY, spec).tokens
+    assert (verify.compiles, draft.compiles, stages.compiles) == counts
     with pytest.raises(ValueError, match="neither CUDA graphs nor compile"):
-        eager.open_batch(chain).capture()
+        eager.open_batch(Spec.none()).capture()
