@@ -3,8 +3,8 @@
 As with CUDA graphs (graphs.py), one compiled graph per fixed round shape (rows, tree nodes,
 prefix read length, cache rows), with no dynamic sizes, so the round's buckets (shapes.py)
 bound how many graphs there are. Compiled are the target's verify (`CompiledForward`), the
-drafter's block pass (`CompiledProposer`), and the tree build and the acceptance walk
-(`CompiledTreeStages`); the commit (in-place cache moves) stays eager. The first call of a shape
+drafter's block pass (`CompiledProposer`) and the DDTree build (`CompiledTreeStages`); the
+acceptance walk and the commit (in-place cache moves) stay eager. The first call of a shape
 compiles its graph: that is the warm-up, timed and counted here (`warmup_s`, `compiles`) so a
 benchmark can report it beside the rounds it paid for, and `LiveBatch.capture` can pay it
 before the first request, as a server captures its graphs.
@@ -42,7 +42,6 @@ from dflash_core.models.cache import Cache
 from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
-from dflash_core.speculation.accept import Acceptance
 from dflash_core.speculation.proposer import DFlashProposer, DraftInput
 from dflash_core.speculation.spec import Spec
 from dflash_core.speculation.stages import TreeStages
@@ -155,44 +154,28 @@ class CompiledProposer:
 
 
 class CompiledTreeStages(TreeStages):
-    """The tree build and the acceptance walk compiled per shape (rows, nodes, drafted
-    positions) and Spec: the DDTree build is ~260 small ops eager. Trees and acceptances are
-    eager's (same tokens, parents, masks, paths), rebuilt from the graphs' tensors."""
+    """The DDTree build compiled per shape (rows, drafted positions, vocabulary) and Spec:
+    eager it is ~260 small ops. The chain trees (a `cat`) and the acceptance walk (~25 ops)
+    stay eager: a compiled call costs about what they cost eager (docs/BENCHMARKS.md). Trees
+    are eager's (same tokens, parents, depths, masks), rebuilt from the graph's tensors."""
 
     def __init__(self, backend: str) -> None:
         self.shapes = ShapeGraphs(backend)
 
     def tree(self, spec: Spec, anchors: Tensor, draft_logits: Tensor | None) -> Tree:
-        args = (anchors,) if draft_logits is None else (anchors, draft_logits)
-        key = ("tree", spec, *(a.shape for a in args))
-        return Tree(*self.shapes.call(key, lambda: self._tree(spec), *args))
-
-    def accept(self, tree: Tree, post: Tensor, path_len: int) -> Acceptance:
-        args = (*_tree_tensors(tree), post)
-        key = ("accept", path_len, *(a.shape for a in args))
-        return Acceptance(*self.shapes.call(key, lambda: self._accept(path_len), *args))
+        if spec.method != "ddtree":
+            return super().tree(spec, anchors, draft_logits)
+        key = (spec, anchors.shape, draft_logits.shape)
+        return Tree(*self.shapes.call(key, lambda: self._tree(spec), anchors, draft_logits))
 
     def _tree(self, spec: Spec) -> Callable:
         eager = super().tree
 
-        def tree(anchors: Tensor, draft_logits: Tensor | None = None) -> tuple[Tensor, ...]:
-            return _tree_tensors(eager(spec, anchors, draft_logits))
+        def tree(anchors: Tensor, draft_logits: Tensor) -> tuple[Tensor, ...]:
+            t = eager(spec, anchors, draft_logits)
+            return t.tokens, t.parents, t.depths, t.valid, t.mask
 
         return tree
-
-    def _accept(self, path_len: int) -> Callable:
-        eager = super().accept
-
-        def walk(tokens: Tensor, parents: Tensor, depths: Tensor, valid: Tensor, mask: Tensor,
-                 post: Tensor) -> tuple[Tensor, ...]:
-            acc = eager(Tree(tokens, parents, depths, valid, mask), post, path_len)
-            return acc.path, acc.lengths, acc.bonus
-
-        return walk
-
-
-def _tree_tensors(tree: Tree) -> tuple[Tensor, ...]:
-    return tree.tokens, tree.parents, tree.depths, tree.valid, tree.mask
 
 
 def compiled_graphs(*parts: object) -> list[ShapeGraphs]:

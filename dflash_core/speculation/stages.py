@@ -1,7 +1,7 @@
 """A round's two pure stages: the draft tree from the drafter's logits, and the acceptance walk.
 
 Both are tensor functions of their inputs alone (no state, no cache, no generator), which is
-what lets `runtime/compiled.py` compile each per shape; `TreeStages` is their eager form.
+what lets `runtime/compiled.py` compile them per shape; `TreeStages` is their eager form.
 """
 
 from __future__ import annotations
