@@ -10,11 +10,12 @@ PyTorch's fused kernels, the two partial softmaxes are merged by their log-sum-e
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dflash_core.models.config import ModelConfig
 from dflash_core.models.kv_cache import KVCache
-from dflash_core.models.layers import HeadRope, RMSNorm, cast, head_rope, rotate
+from dflash_core.models.layers import HeadRope, RMSNorm, cast, head_rope, joint_weight, rotate
 from dflash_core.models.step import Step
 
 
@@ -138,18 +139,48 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        # fuse_projections' joint [q; k; v] weight and its [k; v] rows (views of one tensor)
+        self.register_buffer("qkv", None, persistent=False)
+        self.register_buffer("kv", None, persistent=False)
+
+    def fuse_projections(self) -> None:
+        if self.qkv is None:
+            self.qkv = joint_weight([self.q_proj, self.k_proj, self.v_proj])
+            if self.qkv is not None:
+                self.kv = self.qkv[self.q_proj.weight.shape[0]:]
+
+    def project_qkv(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+        """x: [B, N, H] -> q [B, Hq, N, D], k, v [B, Hkv, N, D]: one GEMM once fused."""
+        if self.qkv is None:
+            return self.project_q(x, rope), *self.project_kv(x, rope)
+        q, k, v = F.linear(x, self.qkv).split(self._widths(), -1)
+        return self._q(q, rope), *self._kv(k, v, rope)
 
     def project_q(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]) -> Tensor:
         """x: [B, N, H] -> q: [B, Hq, N, D] (normed and rotated). `rope`: the forward's HeadRope
         (or rope_tables' pair, prepared here)."""
-        q = self.q_norm(self._heads(self.q_proj(x), self.n_heads))
-        return rotate(q, head_rope(rope, q.dtype))
+        return self._q(self.q_proj(x), rope)
 
     def project_kv(self, x: Tensor, rope: HeadRope | tuple[Tensor, Tensor]
                    ) -> tuple[Tensor, Tensor]:
         """x: [B, N, H] -> k, v: [B, Hkv, N, D] (k normed and rotated)."""
-        k = self.k_norm(self._heads(self.k_proj(x), self.n_kv))
-        return rotate(k, head_rope(rope, k.dtype)), self._heads(self.v_proj(x), self.n_kv)
+        if self.kv is None:
+            return self._kv(self.k_proj(x), self.v_proj(x), rope)
+        return self._kv(*F.linear(x, self.kv).split(self._widths()[1:], -1), rope)
+
+    def _q(self, q: Tensor, rope: HeadRope | tuple[Tensor, Tensor]) -> Tensor:
+        q = self.q_norm(self._heads(q, self.n_heads))
+        return rotate(q, head_rope(rope, q.dtype))
+
+    def _kv(self, k: Tensor, v: Tensor, rope: HeadRope | tuple[Tensor, Tensor]
+            ) -> tuple[Tensor, Tensor]:
+        k = self.k_norm(self._heads(k, self.n_kv))
+        return rotate(k, head_rope(rope, k.dtype)), self._heads(v, self.n_kv)
+
+    def _widths(self) -> list[int]:
+        return [self.q_proj.weight.shape[0], self.k_proj.weight.shape[0],
+                self.v_proj.weight.shape[0]]
 
     def project_out(self, out: Tensor) -> Tensor:
         return self.o_proj(out.transpose(1, 2).flatten(2))  # [B, Hq, N, D] -> [B, N, H]
@@ -159,8 +190,7 @@ class Attention(nn.Module):
         """Writes the new K/V to `step.slots` after reading the prefix, so a node never sees
         its own scratch slot through the prefix path. With no cache (training) the new tokens
         attend only to each other."""
-        q = self.project_q(x, rope)  # [B, Hq, N, D]
-        k, v = self.project_kv(x, rope)  # [B, Hkv, N, D]
+        q, k, v = self.project_qkv(x, rope)  # [B, Hq, N, D], [B, Hkv, N, D] x 2
         prefix = cache.prefix(layer, step.read_len) if cache is not None else None
         out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused,
                      biases=step.biases)  # [B, Hq, N, D]

@@ -38,8 +38,8 @@ class DraftLayer(nn.Module):
     def forward(self, h: Tensor, rope: HeadRope, step: Step, cache: KVCache) -> Tensor:
         attn = self.self_attn
         x = self.input_layernorm(h)
-        q = attn.project_q(x, rope)  # [B, Hq, bs, D]
-        k, v = attn.project_kv(x, rope)  # block K/V are transient: never written to the cache
+        # q [B, Hq, bs, D]; the block's k, v are transient: never written to the cache
+        q, k, v = attn.project_qkv(x, rope)
         out = attend(q, cache.prefix(self.index, step.read_len), step.prefix_lens, k, v,
                      step.mask, step.fused, biases=step.biases)
         h = h + attn.project_out(out)

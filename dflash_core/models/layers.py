@@ -83,15 +83,48 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cast(cos[:, None], x.dtype) + rotated * cast(sin[:, None], x.dtype)
 
 
+def fuse_projections(model: nn.Module) -> nn.Module:
+    """Fuse every projection group of a loaded model (attention's q/k/v, an MLP's gate/up) into
+    one GEMM each: at decode sizes a GEMM costs its dispatch (CPU) or launch (GPU), not its
+    FLOPs, so a layer's seven become four. Memory, names and state dict are unchanged
+    (`joint_weight`). Inference only: training a fused module would train views."""
+    for module in model.modules():
+        if module is not model and hasattr(module, "fuse_projections"):
+            module.fuse_projections()
+    return model
+
+
+def joint_weight(linears: list[nn.Module]) -> Tensor | None:
+    """The linears' weights concatenated by output row, each linear's weight made a view of
+    its rows; None (nothing changed) unless all are plain bias-free nn.Linear (an INT4 or a
+    parallel linear keeps its own forward)."""
+    if not all(type(lin) is nn.Linear and lin.bias is None for lin in linears):
+        return None
+    with torch.no_grad():
+        joint = torch.cat([lin.weight for lin in linears])
+    rows = [lin.weight.shape[0] for lin in linears]
+    for lin, part in zip(linears, joint.split(rows), strict=True):
+        lin.weight = nn.Parameter(part, requires_grad=False)
+    return joint
+
+
 class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.register_buffer("gate_up", None, persistent=False)  # fuse_projections' [2I, H]
+
+    def fuse_projections(self) -> None:
+        if self.gate_up is None:
+            self.gate_up = joint_weight([self.gate_proj, self.up_proj])
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up).chunk(2, -1)  # [.., I] each
+        return self.down_proj(F.silu(gate) * up)
 
 
 class MoE(nn.Module):

@@ -27,6 +27,7 @@ from dflash_core.models.architectures import (
 )
 from dflash_core.models.config import CheckpointError, DrafterConfig, read_config
 from dflash_core.models.drafter import Drafter
+from dflash_core.models.layers import fuse_projections
 from dflash_core.models.lazy_weights import LazyWeights
 from dflash_core.models.target import Target
 
@@ -107,14 +108,14 @@ def _load_into(build: Callable[[], nn.Module], weights: LazyWeights, dtype: torc
                device: str | torch.device) -> nn.Module:
     """The model built straight in `dtype` on `device`, checked against the checkpoint's
     headers, then filled tensor by tensor (its state dict's entries are views of its storage:
-    per-expert keys are slices of the stacked experts)."""
+    per-expert keys are slices of the stacked experts), its projections fused (layers.py)."""
     model = _built(build, dtype, device)
     names = set(weights) - _tied_head(model)  # some exporters keep a copy of the tied head
     check_shapes(expected_shapes(model), {key: weights.shape(key) for key in names})
     state = model.state_dict()
     with torch.no_grad():
         weights.each(names, lambda key, tensor: _fill(key, state[key], tensor))
-    return model.eval()
+    return fuse_projections(model.eval())  # a loaded model serves: one GEMM per group
 
 
 def _fill(key: str, slot: torch.Tensor, tensor: torch.Tensor) -> None:

@@ -19,7 +19,7 @@ from dflash_core.models.architectures import target_key_map
 from dflash_core.models.attention import Attention
 from dflash_core.models.config import ModelConfig, read_config
 from dflash_core.models.deepseek_config import DeepseekConfig
-from dflash_core.models.layers import MLP, MoE
+from dflash_core.models.layers import MLP, MoE, fuse_projections
 from dflash_core.models.loader import allocating, check_shapes, checkpoint_files
 from dflash_core.models.loader import expected_shapes
 from dflash_core.models.target import Target
@@ -47,7 +47,7 @@ def load_sharded_target(directory: str | Path, layout: Layout, comm: Comm,
         with torch.no_grad():
             for name, tensor in chain(target.named_parameters(), target.named_buffers()):
                 tensor.copy_(_read_tensor(reader, target, name, slices))
-    return target.eval()
+    return fuse_projections(target.eval())  # each rank's slices, as a loaded model is
 
 
 def checked_config(directory: str | Path, layout: Layout) -> TargetConfig:

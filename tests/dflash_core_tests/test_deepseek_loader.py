@@ -12,6 +12,7 @@ from deepseek_helpers import make_deepseek
 from safetensors.torch import save_file
 
 from dflash_core.models import lazy_weights
+from dflash_core.models.layers import fuse_projections
 from dflash_core.models.loader import load_target, save_model
 from dflash_core.models.step import Step
 
@@ -21,6 +22,9 @@ def _state(target) -> dict[str, torch.Tensor]:
 
 
 def _logits(target, ids=((5, 3, 9, 1, 30, 2),)):
+    """The target's logits with its projections fused, as a loaded target's are: a round trip
+    must then be bit-exact (a fused GEMM may round differently from three)."""
+    fuse_projections(target)
     ids = torch.tensor(ids)
     step = Step.causal(torch.zeros(len(ids), dtype=torch.long), ids.shape[1], 0)
     with torch.no_grad():
