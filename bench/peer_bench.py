@@ -9,7 +9,7 @@ of the median), run-local acceptance, and ours / vLLM as the median of the per-r
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
-        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree] [--our-dtype float32]
+        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8] [--our-dtype float32]
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]]
 
 `--our-compile inductor` serves ours with `--compile inductor`: the verify forward and the
@@ -37,10 +37,23 @@ COMMON = {"tp_size": 1, "cuda_graph": False, "max_running_requests": 8}
 METHODS = {
     "plain": {},
     "dflash b8": {"speculative_algorithm": "dflash", "speculative_dflash_block_size": 8},
-    "ddtree b8 budget 32": {"speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
-                            "speculative_ddtree_budget": 32, "speculative_ddtree_topk": 4},
 }
-SHORT = {"plain": "plain", "dflash": "dflash b8", "ddtree": "ddtree b8 budget 32"}
+SHORT = {"plain": "plain", "dflash": "dflash b8"}
+
+
+def method(key: str) -> tuple[str, dict]:
+    """`--methods` entry -> (its row name, its LaunchParams fields): plain, dflash, ddtree
+    (budget 32) or ddtreeN (budget N), DDTree at block 8 with top-k 4."""
+    if key in SHORT:
+        return SHORT[key], METHODS[SHORT[key]]
+    budget = key.removeprefix("ddtree") or "32"
+    if not key.startswith("ddtree") or not budget.isdigit():
+        raise SystemExit(f"unknown method {key!r}: plain, dflash, ddtree or ddtreeN")
+    return f"ddtree b8 budget {budget}", {
+        "speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
+        "speculative_ddtree_budget": int(budget), "speculative_ddtree_topk": 4}
+
+
 # vLLM's CPU thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" binds its compute threads to
 # all cores but one, which it leaves to the API server; "all" gives them every core.
 BINDS = {"auto": None, "all": f"0-{os.cpu_count() - 1}"}
@@ -117,13 +130,13 @@ def run(args) -> list[dict]:
                        args.our_compile, args.our_buckets)
     rows = []
     for key in args.methods.split(","):
-        method = SHORT[key]
-        print(f"{method}:", file=sys.stderr)
-        engines = ("serve",) if key == "ddtree" else ("serve", "vllm")  # vLLM has no DDTree
-        results = measure(deps, engines, METHODS[method], levels, args.repeats, args.requests,
+        name, params = method(key)
+        print(f"{name}:", file=sys.stderr)
+        engines = ("serve",) if key.startswith("ddtree") else ("serve", "vllm")  # no DDTree there
+        results = measure(deps, engines, params, levels, args.repeats, args.requests,
                           args.client_cores)
         for c in levels:
-            row = {"method": method, "concurrency": c,
+            row = {"method": name, "concurrency": c,
                    **{e: summarise(results[e][c]) for e in engines}}
             if "vllm" in row:
                 ratios = [a / b for (a, _), (b, _) in zip(results["serve"][c], results["vllm"][c])]
@@ -168,7 +181,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--requests", type=int, default=32, help="per level and repeat")
-    parser.add_argument("--methods", default="plain,dflash,ddtree")
+    parser.add_argument("--methods", default="plain,dflash,ddtree",
+                        help="plain, dflash (block 8), ddtree (block 8, budget 32) or ddtreeN "
+                             "(budget N), comma-separated")
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",
