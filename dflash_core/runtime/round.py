@@ -140,7 +140,10 @@ class Round:
     def _commit(self, cache: Cache, starts: Tensor, tree: Tree, acc: Acceptance,
                 features: Tensor) -> None:
         n, state = len(starts), self.state
-        cache.commit(starts, acc.path)
+        if self.spec.method == "ddtree":
+            # A chain's (plain, DFlash) accepted nodes 0..tau-1 already sit at slots
+            # start + 0..tau-1: its move would copy each onto itself (18 ops, 2 gathers).
+            cache.commit(starts, acc.path)
         path = acc.path[..., None].expand(-1, -1, features.shape[-1])  # [n, A, F]
         state.features[:n].copy_(features.gather(1, path))
         offsets = torch.arange(self.path_len, device=self.device)
