@@ -7,6 +7,7 @@ rest predicts them; ``--write`` stores the constants where ``run`` reads them.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from backends.perf_model.calibrate import Comparison, Observation, compare
@@ -16,6 +17,8 @@ from backends.perf_model.references import Reference, load_reference
 from backends.perf_model.references import model_predictor
 from tuner import render
 from tuner.config import Config
+
+WITHIN = 0.25  # issue 15's target: a held-out level predicted within +-25%
 
 
 def calibrate_reference(name: str) -> Efficiency:
@@ -32,6 +35,11 @@ def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     _show(f"model vs study {cfg.study.name} (fitted levels)", fitted)
     if held:
         _show(f"held-out launches ({len(held)} levels, not fitted)", held)
+    render.note(f"fitted levels:   {summary(fitted)}")
+    if held:
+        render.note(f"held-out levels: {summary(held)}")
+    for line in repeat_spreads(_measured_trials(cfg)):
+        render.note(line)
     for i in result.identified:
         render.note(f"{i.key}: {i.value:.4g} ({i.status})",
                     "yellow" if i.at_bound else "")
@@ -55,14 +63,53 @@ def fit_study(cfg: Config, holdout: float = 0.0):
             compare(predict, eff, held, workload))
 
 
-def _study_observations(cfg: Config, holdout: float) -> tuple[list[Observation],
-                                                               list[Observation]]:
+def summary(rows: list[Comparison]) -> str:
+    """How many fitted-metric comparisons are within ``WITHIN``, their median and extremes."""
+    ratios = [c.ratio for c in rows if c.fitted]
+    if not ratios:
+        return "none"
+    errors = [abs(r - 1) for r in ratios]
+    within = sum(e <= WITHIN for e in errors)
+    return (f"{within}/{len(ratios)} within {WITHIN:.0%}, median |ratio - 1| "
+            f"{statistics.median(errors):.2f}, worst {min(ratios):.2f} .. {max(ratios):.2f}")
+
+
+def repeat_spreads(trials: list) -> list[str]:
+    """The noise floor: each configuration measured in more than one launch, with its output
+    tok/s range per level and the largest max / min over all of them."""
+    groups: dict[str, list] = {}
+    for t in trials:
+        key = " ".join(f"{k}={v}" for k, v in sorted(t.params.items()))
+        groups.setdefault(key, []).append(t)
+    lines, worst = [], 1.0
+    for key, group in groups.items():
+        if len(group) < 2:
+            continue
+        spans = []
+        for level in sorted(set().union(*(t.measurements for t in group))):
+            values = [t.measurements[level]["output_tok_s"] for t in group
+                      if (t.measurements.get(level) or {}).get("output_tok_s")]
+            if len(values) > 1:
+                worst = max(worst, max(values) / min(values))
+                spans.append(f"c{level} {min(values):.4g}-{max(values):.4g}")
+        lines.append(f"  {key} x{len(group)}: {', '.join(spans)}")
+    if not lines:
+        return ["no configuration was measured in more than one launch (no noise floor)"]
+    return [f"same configuration in fresh launches: up to {worst:.2f}x apart", *lines]
+
+
+def _measured_trials(cfg: Config) -> list:
     from tuner import records
     from tuner.best import open_records
 
     db, _ = open_records(cfg.study.storage, cfg.study.name)
-    trials = [t for t in records.load_trials(db, cfg.study.name)
-              if t.ok and t.measured and t.launch is not None]
+    return [t for t in records.load_trials(db, cfg.study.name)
+            if t.ok and t.measured and t.launch is not None]
+
+
+def _study_observations(cfg: Config, holdout: float) -> tuple[list[Observation],
+                                                               list[Observation]]:
+    trials = _measured_trials(cfg)
     every = round(1 / holdout) if holdout > 0 else 0
     fit_obs, held = [], []
     for i, t in enumerate(trials):
