@@ -18,6 +18,7 @@ from backends.deployment import Deployment
 from backends.launch_params import LaunchParams
 from backends.perf_model import Efficiency, PerfModelBackend
 from backends.perf_model.calibrate import Observation, fit
+from backends.perf_model.catalog import load_hardware
 from backends.perf_model.references import model_predictor
 from search_spaces import SearchSpace
 from tuner.params import parse
@@ -67,7 +68,9 @@ class Screen:
         def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
             return by_level(eff, obs, replace(workload, concurrency=(obs.at,)))
 
-        self.efficiency = fit(predict, observations, self.workload, self.efficiency, rounds=20)
+        classes = load_hardware(self.deployment.gpu).classes(self.deployment.engine)
+        self.efficiency = fit(predict, observations, self.workload, self.efficiency, rounds=20,
+                              classes=classes)
         self.model = PerfModelBackend(self.deployment, self.efficiency)
         self._memo.clear()
 
