@@ -48,14 +48,21 @@ def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
 
 
 def fit_study(cfg: Config, holdout: float = 0.0):
-    """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones)."""
+    """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones).
+    The drafter's acceptance is fitted first, to the fitted launches' measured accept lengths
+    (acceptance_fit), so the constants do not absorb the drafter's error."""
+    from backends.perf_model.acceptance_fit import fit_acceptance
     from backends.perf_model.global_fit import fit_sources
     from tuner.wiring import deployment_from, efficiency_from, workload_from
 
-    fit_obs, held = _study_observations(cfg, holdout)
+    fit_trials, held_trials = _split(_measured_trials(cfg), holdout)
+    fit_obs, held = _observations(fit_trials), _observations(held_trials)
     if not fit_obs:
         raise ValueError(f"study {cfg.study.name!r} has no successful measured level to fit")
-    dep, workload = deployment_from(cfg), workload_from(cfg)
+    workload = workload_from(cfg)
+    dep = fit_acceptance(deployment_from(cfg), efficiency_from(cfg), workload,
+                         [(t.launch, row.get("accept_len_mean")) for t in fit_trials
+                          for row in t.measurements.values()])
     result = fit_sources([Reference(dep, workload, tuple(fit_obs), name=cfg.study.name)])
     eff = result.efficiency(dep.gpu, dep.engine, fallback=efficiency_from(cfg))
     predict = model_predictor(dep)
@@ -107,18 +114,18 @@ def _measured_trials(cfg: Config) -> list:
             if t.ok and t.measured and t.launch is not None]
 
 
-def _study_observations(cfg: Config, holdout: float) -> tuple[list[Observation],
-                                                               list[Observation]]:
-    trials = _measured_trials(cfg)
+def _split(trials: list, holdout: float) -> tuple[list, list]:
+    """(fitted, held-out) trials: every ``1/holdout``-th by trial order is held out."""
     every = round(1 / holdout) if holdout > 0 else 0
-    fit_obs, held = [], []
-    for i, t in enumerate(trials):
-        target = held if every and i % every == every - 1 else fit_obs
-        for level, row in sorted(t.measurements.items()):
-            if row.get("failure") is None and (row.get("output_tok_s") or 0) > 0:
-                target.append(Observation(f"trial {t.trial_number} c{level}", t.launch, level,
-                                          float(row["output_tok_s"])))
-    return fit_obs, held
+    held = [t for i, t in enumerate(trials) if every and i % every == every - 1]
+    return [t for t in trials if t not in held], held
+
+
+def _observations(trials: list) -> list[Observation]:
+    return [Observation(f"trial {t.trial_number} c{level}", t.launch, level,
+                        float(row["output_tok_s"]))
+            for t in trials for level, row in sorted(t.measurements.items())
+            if row.get("failure") is None and (row.get("output_tok_s") or 0) > 0]
 
 
 def write_efficiency(path: Path, eff: Efficiency) -> None:
