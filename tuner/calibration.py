@@ -83,12 +83,14 @@ def summary(rows: list[Comparison]) -> str:
 
 def repeat_spreads(trials: list) -> list[str]:
     """The noise floor: each configuration measured in more than one launch, with its output
-    tok/s range per level and the largest max / min over all of them."""
+    tok/s range per level, the largest max / min over all of them, and how often one launch of a
+    configuration, taken as the prediction of another's level, lands within ``WITHIN`` (what a
+    model predicting held-out launches is up against)."""
     groups: dict[str, list] = {}
     for t in trials:
         key = " ".join(f"{k}={v}" for k, v in sorted(t.params.items()))
         groups.setdefault(key, []).append(t)
-    lines, worst = [], 1.0
+    lines, ratios = [], []
     for key, group in groups.items():
         if len(group) < 2:
             continue
@@ -97,12 +99,17 @@ def repeat_spreads(trials: list) -> list[str]:
             values = [t.measurements[level]["output_tok_s"] for t in group
                       if (t.measurements.get(level) or {}).get("output_tok_s")]
             if len(values) > 1:
-                worst = max(worst, max(values) / min(values))
+                ratios += [a / b for i, a in enumerate(values)
+                           for j, b in enumerate(values) if i != j]
                 spans.append(f"c{level} {min(values):.4g}-{max(values):.4g}")
         lines.append(f"  {key} x{len(group)}: {', '.join(spans)}")
-    if not lines:
+    if not ratios:
         return ["no configuration was measured in more than one launch (no noise floor)"]
-    return [f"same configuration in fresh launches: up to {worst:.2f}x apart", *lines]
+    errors = [abs(r - 1) for r in ratios]
+    return [f"same configuration in fresh launches: up to {max(ratios):.2f}x apart; one launch "
+            f"as the prediction of another: {sum(e <= WITHIN for e in errors)}/{len(errors)} "
+            f"level pairs within {WITHIN:.0%}, median |ratio - 1| "
+            f"{statistics.median(errors):.2f}", *lines]
 
 
 def _measured_trials(cfg: Config) -> list:

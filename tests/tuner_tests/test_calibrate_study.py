@@ -87,4 +87,7 @@ def test_calibrate_study_prints_the_holdout_score_and_the_repeated_launches_nois
     assert "held-out levels: " in err and "/6 within 25%" in err
     # plain measured twice: 100 vs 150 tok/s at c1, 2000 vs 3000 at c128
     assert "same configuration in fresh launches: up to 1.50x apart" in err
+    # each level's pair, both ways: plain's 1.5 and 0.67 miss 25%, dflash's (equal at c1 and
+    # c4, 1500 vs 1600 at c128) do not
+    assert "one launch as the prediction of another: 6/12 level pairs within 25%" in err
     assert "c1 100-150" in err and "c128 2000-3000" in err
