@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from backends.contract import Workload
 from backends.launch_params import LaunchParams
-from backends.perf_model.constants import BOUNDS, Efficiency
+from backends.perf_model.constants import Efficiency, bounds
 
 PEAK = "peak"
 SPEEDUP = "speedup"
@@ -67,10 +67,13 @@ def compare(predict: Predictor, eff: Efficiency, observations: Sequence[Observat
 def fit(predict: Predictor, observations: Sequence[Observation], workload: Workload,
         start: Efficiency, rounds: int = 60,
         names: Sequence[str] = ("bandwidth_efficiency", "collective_latency_us",
-                                "launch_overhead_us", "matmul_fixed_us")) -> Efficiency:
-    """Coordinate search over ``names`` inside BOUNDS: try scaling each constant up/down, keep
-    improvements, then refine. Cheap and deterministic; a local search (the global fit is the
-    one to trust for shipped constants)."""
+                                "launch_overhead_us", "matmul_fixed_us"),
+        classes: dict[str, str] | None = None) -> Efficiency:
+    """Coordinate search over ``names`` inside their bounds (those of the node's hardware
+    ``classes``, e.g. a CPU host's): try scaling each constant up/down, keep improvements, then
+    refine. Cheap and deterministic; a local search (the global fit is the one to trust for
+    shipped constants)."""
+    classes = classes or {}
     observations = [o for o in observations if o.fitted]
     best, best_loss = start, _loss(compare(predict, start, observations, workload))
     step = 2.0
@@ -78,7 +81,7 @@ def fit(predict: Predictor, observations: Sequence[Observation], workload: Workl
         improved = False
         for name in names:
             for factor in (step, 1.0 / step):
-                candidate = _scaled(best, name, factor)
+                candidate = _scaled(best, name, factor, classes.get(name, ""))
                 if candidate is None:
                     continue
                 loss = _loss(compare(predict, candidate, observations, workload))
@@ -91,9 +94,9 @@ def fit(predict: Predictor, observations: Sequence[Observation], workload: Workl
     return best
 
 
-def _scaled(eff: Efficiency, name: str, factor: float) -> Efficiency | None:
+def _scaled(eff: Efficiency, name: str, factor: float, klass: str) -> Efficiency | None:
     value = getattr(eff, name) * factor
-    low, high = BOUNDS[name]
+    low, high = bounds(name, klass)
     if not low <= value <= high:
         return None
     return eff.with_values(**{name: value})

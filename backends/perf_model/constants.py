@@ -4,7 +4,8 @@ Everything else in the model is a catalog fact (bandwidth, FLOP/s, link speed, p
 or a fixed, documented assumption (below). Each fitted constant is one physical effect with
 declared physical bounds (``BOUNDS``); a fit that lands on a bound is reported, not trusted.
 Which constants may differ between nodes is the hardware class (``fit_classes``): bandwidth
-efficiency belongs to the memory kind, collective latency to the interconnect kind.
+efficiency belongs to the memory kind, collective latency to the interconnect kind; a CPU host's
+classes have bounds of their own where its physics differs (``bounds``).
 """
 
 from __future__ import annotations
@@ -112,15 +113,47 @@ class Efficiency:
         return {name: getattr(self, name) for name in self.names()}
 
 
+# Memory kind of a CPU host (hardware.yaml): it computes on the cores that dispatch the work.
+CPU_MEMORY = "dram"
+CPU = "cpu"  # the class of every host and compute constant of a CPU host (fit_classes)
+
+# Bounds that differ on a CPU host, where physics does; every other constant keeps BOUNDS.
+CPU_BOUNDS: dict[str, tuple[float, float]] = {
+    # No driver call and no launch queue: an ATen CPU kernel dispatched from Python costs
+    # ~1-3 us of dispatcher, one inside a compiled graph (vLLM's inductor C++) a function
+    # call, well under 1 us. The GPU's 3 us floor is a CUDA launch's.
+    "launch_overhead_us": (0.3, 80.0),
+    # The round's bookkeeping (tree build, accept walk, KV commit and rollback) that a GPU runs
+    # for all requests at once, one thread block each, runs request after request on a core:
+    # what bounds a GPU's per-round cost (6 ms, above) bounds a CPU's per-request one.
+    "spec_request_us": (0.0, 6000.0),
+}
+
+
+def bounds(name: str, klass: str) -> tuple[float, float]:
+    """The physical bounds of constant ``name`` in hardware class ``klass``."""
+    if klass.endswith(CPU) and name in CPU_BOUNDS:
+        return CPU_BOUNDS[name]
+    return BOUNDS[name]
+
+
 def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
     """The hardware class each constant is shared within: a global fit keeps one value per
     class, so PCIe's collective latency is never used on NVLink, nor GDDR7's efficiency on HBM.
-    Host-side constants (launches, per-round cost) are shared by all; the small-kernel time
-    belongs to the engine family whose kernels run (SGLang's and vLLM's differ)."""
+    Host-side constants (launches, per-round cost) are shared by all GPU hosts; the small-kernel
+    time belongs to the engine family whose kernels run (SGLang's and vLLM's differ). A CPU
+    host's are its own (class ``cpu``): its launches, per-round work, GEMMs and small ops run
+    on the cores, not behind a GPU."""
+    family = engine_family(engine)
+    if memory == CPU_MEMORY:
+        host = compute = CPU
+        family = f"{family}-{CPU}"
+    else:
+        host, compute = "host", "gpu"
     return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
-            "launch_overhead_us": "host", "matmul_fixed_us": "gpu",
-            "compute_efficiency": "gpu", "spec_round_us": "host", "spec_request_us": "host",
-            "kernel_fixed_us": engine_family(engine)}
+            "launch_overhead_us": host, "matmul_fixed_us": compute,
+            "compute_efficiency": compute, "spec_round_us": host, "spec_request_us": host,
+            "kernel_fixed_us": family}
 
 
 def engine_family(engine: str) -> str:

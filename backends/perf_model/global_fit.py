@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.perf_model.catalog import load_hardware
-from backends.perf_model.constants import BOUNDS, Efficiency
+from backends.perf_model.constants import Efficiency, bounds
 from backends.perf_model.calibrate import Comparison, compare
 from backends.perf_model.references import Reference, model_predictor
 
@@ -51,8 +51,12 @@ class Constant:
         return math.exp(x) - _SHIFT.get(self.name, 0.0)
 
     @property
+    def bounds(self) -> tuple[float, float]:
+        return bounds(self.name, self.klass)
+
+    @property
     def x_bounds(self) -> tuple[float, float]:
-        low, high = BOUNDS[self.name]
+        low, high = self.bounds
         return self.to_x(low), self.to_x(high)
 
 
@@ -174,8 +178,7 @@ def _prior_x(consts: Sequence[Constant], sources: Sequence[Reference]) -> np.nda
         prior = prior_efficiency(src.deployment.gpu).as_dict()
         for name, klass in _classes(src).items():
             priors.setdefault(f"{name}@{klass}", prior[name])
-    return np.array([c.to_x(min(max(priors[c.key], BOUNDS[c.name][0]), BOUNDS[c.name][1]))
-                     for c in consts])
+    return np.array([c.to_x(min(max(priors[c.key], c.bounds[0]), c.bounds[1])) for c in consts])
 
 
 def _starts(priors: np.ndarray, low: np.ndarray, high: np.ndarray, n: int,
@@ -210,7 +213,7 @@ def _identify(consts: Sequence[Constant], x: np.ndarray, data: _Residuals, low: 
         se = math.inf if no_effect else math.sqrt(max(cov[j, j], 0.0))
         width = high[j] - low[j]
         at_bound = not no_effect and min(x[j] - low[j], high[j] - x[j]) < 1e-3 * width
-        lo, hi = BOUNDS[c.name]
+        lo, hi = c.bounds
         out.append(Identified(c.key, c.from_x(x[j]), lo, hi, se, at_bound))
     return out
 

@@ -99,3 +99,32 @@ def test_wider_trees_help_a_weak_drafter_more_than_a_chain_can():
 def test_profile_rejects_non_probabilities(bad):
     with pytest.raises(ValueError):
         AcceptanceProfile(**bad)
+
+
+def test_fit_acceptance_scales_the_drafters_profile_to_measured_accept_lengths():
+    """Tokens per round measured by the engine (here: made by a drafter accepting 0.6 a
+    position) pull the configured profile (0.75) to the one that produced them."""
+    from dataclasses import replace
+
+    from backends.contract import Workload
+    from backends.deployment import Deployment, DrafterSpec
+    from backends.flags import LaunchTarget
+    from backends.launch_params import LaunchParams
+    from backends.perf_model import Efficiency, PerfModelBackend
+    from backends.perf_model.acceptance_fit import fit_acceptance
+
+    drafter = DrafterSpec(block_size=8, num_layers=1, target_layers=(1, 3, 4), num_heads=6,
+                          num_kv_heads=2, head_dim=32, intermediate_size=576, acceptance=(0.75,))
+    dep = Deployment(gpu="cpu-2core-vm", gpus=1, model="fixtures/tiny_code/target/config.json",
+                     target=LaunchTarget(model_path="t", drafter_path="d"), drafter=drafter,
+                     engine="vllm")
+    truth = replace(dep, drafter=replace(drafter, acceptance=(0.6,)))
+    work, eff = Workload(64, 64, (1,)), Efficiency()
+    launches = [LaunchParams(tp_size=1, cuda_graph=False, speculative_algorithm="dflash",
+                             speculative_dflash_block_size=b) for b in (4, 8)]
+    measured = [(lp, PerfModelBackend(truth, eff).measure(lp, work)[0].accept_len_mean)
+                for lp in launches]
+    measured.append((LaunchParams(tp_size=1, cuda_graph=False), None))  # plain: ignored
+    fitted = fit_acceptance(dep, eff, work, measured)
+    assert fitted.drafter.acceptance == pytest.approx((0.6,))
+    assert fit_acceptance(dep, eff, work, measured[-1:]) is dep  # nothing speculative measured

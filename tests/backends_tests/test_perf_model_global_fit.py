@@ -3,6 +3,7 @@ physical bounds, says which constants sit on a bound, and keeps classes apart.""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -90,3 +91,44 @@ def test_a_speedup_observation_is_the_ratio_of_two_predictions(pcie8_reference):
     eff = Efficiency()
     expected = predict(eff, dflash, ref.workload) / predict(eff, plain, ref.workload)
     assert predict(eff, speedup, ref.workload) == pytest.approx(expected)
+
+
+def test_a_cpu_host_keeps_classes_and_bounds_of_its_own():
+    """A CPU host's launches cost no CUDA launch: its launch overhead may sit below the GPU's
+    3 us floor, and it is never shared with a GPU host's (nor its GEMM or small-op constants)."""
+    from backends.perf_model.catalog import load_hardware
+    from backends.perf_model.constants import bounds
+    from backends.perf_model.global_fit import Constant
+
+    cpu = load_hardware("cpu-2core-vm").classes("vllm")
+    gpu = load_hardware("h200-sxm").classes("vllm")
+    host_side = ("launch_overhead_us", "spec_request_us", "spec_round_us", "compute_efficiency")
+    assert {cpu[n] for n in host_side} == {"cpu"} and gpu["launch_overhead_us"] == "host"
+    assert cpu["kernel_fixed_us"] == "vllm-cpu" and gpu["kernel_fixed_us"] == "vllm"
+    assert bounds("launch_overhead_us", "host") == BOUNDS["launch_overhead_us"]
+    assert bounds("launch_overhead_us", "cpu")[0] < BOUNDS["launch_overhead_us"][0]
+    assert bounds("spec_request_us", "cpu")[1] > BOUNDS["spec_request_us"][1]
+    assert bounds("bandwidth_efficiency", "dram") == BOUNDS["bandwidth_efficiency"]
+    # what the fitter searches within
+    low, _ = Constant("launch_overhead_us", "cpu").x_bounds
+    assert low == pytest.approx(math.log(bounds("launch_overhead_us", "cpu")[0]))
+
+
+def test_the_screens_coordinate_fit_searches_a_cpu_hosts_own_bounds():
+    """The launch-aware screen's local fit (calibrate.fit) honours the same per-class bounds: a
+    CPU host's launch overhead may go below the GPU's 3 us floor, a GPU host's may not."""
+    from backends.contract import Workload
+    from backends.launch_params import LaunchParams
+    from backends.perf_model.calibrate import fit
+
+    def predict(eff, obs, workload):  # throughput set by the launch overhead alone
+        return 1000.0 / eff.launch_overhead_us
+
+    obs = [Observation("c1", LaunchParams(), 1, 1000.0)]  # wants 1 us
+    start = Efficiency(launch_overhead_us=25.0)
+    cpu = fit(predict, obs, Workload(8, 8, (1,)), start, names=("launch_overhead_us",),
+              classes={"launch_overhead_us": "cpu"})
+    gpu = fit(predict, obs, Workload(8, 8, (1,)), start, names=("launch_overhead_us",),
+              classes={"launch_overhead_us": "host"})
+    assert cpu.launch_overhead_us == pytest.approx(1.0, rel=0.05)
+    assert BOUNDS["launch_overhead_us"][0] <= gpu.launch_overhead_us < 4.0

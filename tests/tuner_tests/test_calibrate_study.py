@@ -9,11 +9,12 @@ import random
 import pytest
 import yaml
 from cli_helpers import cli
-from made_study import make_study
+from made_study import level, make_study, trial
 
 from backends.contract import Workload
 from backends.perf_model import Efficiency, PerfModelBackend
-from tuner.calibration import fit_study
+from backends.perf_model.calibrate import Comparison
+from tuner.calibration import fit_study, summary
 from tuner.config import load_config
 from tuner.wiring import deployment_from
 
@@ -63,3 +64,30 @@ def test_calibrate_study_write_stores_constants_where_run_reads_them(tmp_path):
     assert load_config(path).backend.efficiency == written  # what `run` will build its model on
     stdout = yaml.safe_load(run.stdout)
     assert stdout["launch_overhead_us"] == pytest.approx(written["launch_overhead_us"], rel=1e-3)
+
+
+def test_calibrate_summary_counts_levels_within_25_percent_and_their_median_error():
+    rows = [Comparison(f"c{i}", 100.0, predicted) for i, predicted in
+            enumerate((100.0, 120.0, 130.0, 70.0))]
+    rows.append(Comparison("latency", 10.0, 50.0, metric="tpot_p50_ms"))  # compared, not fitted
+    assert summary(rows) == "2/4 within 25%, median |ratio - 1| 0.25, worst 0.70 .. 1.30"
+    assert summary([]) == "none"
+
+
+def test_calibrate_study_prints_the_holdout_score_and_the_repeated_launches_noise_floor(tmp_path):
+    plain = {"tp_size": 8, "speculative_algorithm": "none", "max_running_requests": 64}
+    dflash = {**plain, "speculative_algorithm": "dflash"}
+    trials = [trial(plain, level(128, 2000.0)), trial(dflash, level(128, 1500.0)),
+              trial(plain, level(128, 3000.0), single=150.0), trial(dflash, level(128, 1600.0))]
+    path = make_study(tmp_path, trials)
+    run = cli("calibrate", "--study", "made", "--holdout", "0.5", "--config", str(path),
+              cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    err = " ".join(run.stderr.split())  # the console wraps long lines
+    assert "held-out levels: " in err and "/6 within 25%" in err
+    # plain measured twice: 100 vs 150 tok/s at c1, 2000 vs 3000 at c128
+    assert "same configuration in fresh launches: up to 1.50x apart" in err
+    # each level's pair, both ways: plain's 1.5 and 0.67 miss 25%, dflash's (equal at c1 and
+    # c4, 1500 vs 1600 at c128) do not
+    assert "one launch as the prediction of another: 6/12 level pairs within 25%" in err
+    assert "c1 100-150" in err and "c128 2000-3000" in err

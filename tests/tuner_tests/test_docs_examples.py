@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples"
 BY_FILE = {"model.yaml": "model", "serve-tiny-pair.yaml": "serve",
            "inprocess-tiny-pair.yaml": "inprocess", "sglang.yaml": "sglang",
-           "vllm.yaml": "vllm", "vllm-cpu-tiny-pair.yaml": "vllm"}
-TINY_PAIR = ("serve-tiny-pair.yaml", "inprocess-tiny-pair.yaml", "vllm-cpu-tiny-pair.yaml")
+           "vllm.yaml": "vllm", "vllm-cpu-tiny-pair.yaml": "vllm",
+           "vllm-cpu-calibrate.yaml": "vllm"}
+TINY_PAIR = ("serve-tiny-pair.yaml", "inprocess-tiny-pair.yaml", "vllm-cpu-tiny-pair.yaml",
+             "vllm-cpu-calibrate.yaml")
 
 
 def test_every_backend_but_the_simulated_node_has_an_example():

@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 
 from backends.contract import LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
-from backends.launch_params import LaunchParams
 from backends.perf_model import Efficiency, PerfModelBackend
+from backends.perf_model.acceptance_fit import fit_acceptance
 from backends.perf_model.calibrate import Observation, fit
+from backends.perf_model.catalog import load_hardware
 from backends.perf_model.references import model_predictor
 from search_spaces import SearchSpace
 from tuner.params import parse
@@ -57,7 +58,9 @@ class Screen:
         efficiency constants to the measured throughput (successful (params, level) pairs)."""
         measured = [(launch, m) for params, m in measured
                     if (launch := parse(params)[0]) is not None]
-        self._fit_acceptance(measured)
+        self.deployment = fit_acceptance(
+            self.deployment, self.efficiency, self.workload,
+            [(launch, m.accept_len_mean) for launch, m in measured if m.ok])
         observations = [Observation(f"m{i}", launch, m.concurrency, m.output_tok_s)
                         for i, (launch, m) in enumerate(measured) if m.ok and m.output_tok_s > 0]
         if not observations:
@@ -67,31 +70,11 @@ class Screen:
         def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
             return by_level(eff, obs, replace(workload, concurrency=(obs.at,)))
 
-        self.efficiency = fit(predict, observations, self.workload, self.efficiency, rounds=20)
+        classes = load_hardware(self.deployment.gpu).classes(self.deployment.engine)
+        self.efficiency = fit(predict, observations, self.workload, self.efficiency, rounds=20,
+                              classes=classes)
         self.model = PerfModelBackend(self.deployment, self.efficiency)
         self._memo.clear()
-
-    def _fit_acceptance(self, measured: Sequence[tuple[LaunchParams, Measurement]]) -> None:
-        """Scale the per-position acceptance so predicted tokens per round match the measured
-        ones (acceptance depends on the drafter and the prompts, not on the node)."""
-        taus = [(launch, m.accept_len_mean) for launch, m in measured
-                if m.ok and m.accept_len_mean and launch.speculative]
-        drafter = self.deployment.drafter
-        if not taus or drafter is None:
-            return
-        base = drafter.acceptance
-
-        def error(scale: float) -> float:
-            dep = replace(self.deployment, drafter=replace(
-                drafter, acceptance=tuple(min(0.99, a * scale) for a in base)))
-            model = PerfModelBackend(dep, self.efficiency)
-            one = replace(self.workload, concurrency=(1,))
-            return sum((model.measure(launch, one)[0].accept_len_mean - tau) ** 2
-                       for launch, tau in taus)
-
-        scale = min((s / 100 for s in range(50, 141, 2)), key=error)
-        self.deployment = replace(self.deployment, drafter=replace(
-            drafter, acceptance=tuple(min(0.99, a * scale) for a in base)))
 
     def predict(self, params: dict) -> Prediction | None:
         """The model's SLA limit and throughput there; None if nothing meets the SLA."""
