@@ -10,7 +10,7 @@ of the median), run-local acceptance, and ours / vLLM as the median of the per-r
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
         [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8] [--our-dtype float32]
-        [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]]
+        [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
 
 `--our-compile inductor` serves ours with `--compile inductor`: the verify forward and the
 drafter's block pass compiled per round shape, rows padded to `--our-buckets`; the server
@@ -60,13 +60,16 @@ BINDS = {"auto": None, "all": f"0-{os.cpu_count() - 1}"}
 
 
 def deployments(python: Path, bind: str | None, context: int, our_dtype: str,
-                our_compile: str = "none", our_buckets: str = "") -> dict[str, Deployment]:
+                our_compile: str = "none", our_buckets: str = "",
+                our_threads: int | None = None) -> dict[str, Deployment]:
     pair = ensure_pair()
     model = str(pair / "target" / "config.json")
     # vLLM computes in the checkpoint's dtype (bf16); ours in what it is told.
     extra = ("--dtype", our_dtype)
     if our_compile != "none":
         extra += ("--compile", our_compile, "--cuda-graph-bs", our_buckets)
+    if our_threads:
+        extra += ("--threads", str(our_threads))
     ours = LaunchTarget(str(pair / "target"), str(pair / "drafter"), context_length=context,
                         extra_args=extra)
     theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
@@ -127,7 +130,7 @@ def run(args) -> list[dict]:
         sys.exit(f"vLLM's CPU build is not in {vllm_cpu.venv()}: run scripts/install_vllm.sh")
     levels = tuple(int(c) for c in args.concurrency.split(","))
     deps = deployments(python, BINDS.get(args.vllm_bind, args.vllm_bind), 256, args.our_dtype,
-                       args.our_compile, args.our_buckets)
+                       args.our_compile, args.our_buckets, args.our_threads)
     rows = []
     for key in args.methods.split(","):
         name, params = method(key)
@@ -192,6 +195,9 @@ def main() -> None:
                         help="dflash-tune serve --compile")
     parser.add_argument("--our-buckets", default="1,2,4,8",
                         help="dflash-tune serve --cuda-graph-bs with --our-compile")
+    parser.add_argument("--our-threads", type=int, default=None,
+                        help="dflash-tune serve --threads (default: its own, one per core "
+                             "but one)")
     parser.add_argument("--client-cores", default=None,
                         help="pin this process (the load generator) to these cores, e.g. 1; "
                              "the servers keep every core")
@@ -205,6 +211,7 @@ def main() -> None:
     print(f"\n{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"{args.repeats} repeats x {args.requests} requests, vLLM bind {args.vllm_bind}, "
           f"ours in {args.our_dtype}, compile {compiled}, "
+          f"our threads {args.our_threads or 'default'}, "
           f"client cores {args.client_cores or 'all'}, "
           f"{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr)
     if args.json:

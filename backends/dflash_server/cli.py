@@ -74,7 +74,10 @@ def serve(
         compile: Compile = "none",
         engine_thread: Annotated[bool, typer.Option(help=(
             "Run the engine loop as a thread of the HTTP process instead of in its own "
-            "process (one GIL for both; for comparison)."))] = False) -> None:
+            "process (one GIL for both; for comparison)."))] = False,
+        threads: Annotated[int | None, typer.Option(min=1, help=(
+            "Torch threads of the engine on a CPU. Default: OMP_NUM_THREADS if set, else "
+            "one per core but one, which is left to the HTTP front end."))] = None) -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
 
@@ -89,7 +92,7 @@ def serve(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
         speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
         max_context, graphs, host, port, device, dtype, served_model_name, seed,
-        log_level.value, tp_size, ep_size, compile, engine_thread))
+        log_level.value, tp_size, ep_size, compile, engine_thread, threads))
 
 
 def main() -> None:

@@ -81,6 +81,13 @@ def serve(options: ServeOptions) -> None:
     """Serve until stopped: the engine here, the front end in its own process (front.py), or
     both in this one with `engine_thread`."""
     configure_logging(options.log_level)
+    if options.device == "cpu":  # this process's engine; ranks (tp > 1) set their own
+        import torch
+
+        if options.engine_threads():
+            torch.set_num_threads(options.engine_threads())
+        print(f"dflash-tune serve: engine on {torch.get_num_threads()} torch threads",
+              file=sys.stderr, flush=True)
     ranks: list = []
     try:
         if options.engine_thread:

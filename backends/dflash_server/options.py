@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,3 +34,15 @@ class ServeOptions:
     ep_size: int = 1  # expert groups among them
     compile: str = "none"  # EngineConfig.compile
     engine_thread: bool = False  # the engine loop as a thread of the HTTP process (no split)
+    # torch threads of the engine on a CPU; None: engine_threads' default
+    threads: int | None = None
+
+    def engine_threads(self) -> int | None:
+        """`threads`; else torch's own if OMP_NUM_THREADS says; else one per core but one.
+        On a CPU the engine computes on the cores that also run the HTTP front end (and, in a
+        benchmark, the load generator), so one core is left to them, as vLLM's CPU build
+        reserves one for its API server: an OpenMP thread that finds its core taken
+        spin-waits, and every thread of the forward waits for it (docs/BENCHMARKS.md)."""
+        if self.threads or os.environ.get("OMP_NUM_THREADS"):
+            return self.threads
+        return max(1, len(os.sched_getaffinity(0)) - 1)

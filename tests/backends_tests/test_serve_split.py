@@ -178,13 +178,14 @@ def test_a_lost_engine_fails_every_waiting_request_and_stops_the_front_end(split
 
 # --- a real server: two processes ---------------------------------------------------------------
 
-def _server(tmp_path) -> ServerSpec:
+def _server(tmp_path, *extra: str) -> ServerSpec:
     port = free_port()
     argv = [sys.executable, "-m", "backends.dflash_server", "--target", str(PAIR / "target"),
             "--drafter", str(PAIR / "drafter"), "--max-running-requests", "2",
-            "--max-context", "256", "--port", str(port)]
-    return ServerSpec(argv, port, start_timeout_s=120, stop_timeout_s=5,
-                      log_path=tmp_path / "server.log")
+            "--max-context", "256", "--port", str(port), *extra]
+    # OMP_NUM_THREADS unset (empty), so the server picks its own thread count
+    return ServerSpec(argv, port, env={"OMP_NUM_THREADS": ""}, start_timeout_s=120,
+                      stop_timeout_s=5, log_path=tmp_path / "server.log")
 
 
 def _port_free(port: int) -> bool:
@@ -204,8 +205,9 @@ def _front(pid: int) -> psutil.Process:
 
 @pytest.mark.slow
 def test_a_killed_engine_process_takes_the_front_end_with_it(tmp_path):
-    spec = _server(tmp_path)
+    spec = _server(tmp_path, "--threads", "2")
     with launched(spec) as server:
+        assert "engine on 2 torch threads" in spec.log_path.read_text()
         reply = httpx.post(server.base_url + "/v1/completions", json=_body(PROMPTS[0]),
                            trust_env=False, timeout=60)
         assert reply.status_code == 200
@@ -226,6 +228,9 @@ def test_a_killed_front_end_takes_the_engine_process_down_as_a_crash(tmp_path):
         gone, alive = psutil.wait_procs(everyone, timeout=10)
         assert not alive, alive
         log = spec.log_path.read_text()
+        # one core left to the front end (ServeOptions.engine_threads)
+        cores = len(os.sched_getaffinity(0))
+        assert f"engine on {max(1, cores - 1)} torch threads" in log
         assert "front-end process exited" in log
         assert code != 0 and classify(code, log) is FailureClass.CRASH
         assert _port_free(spec.port)
