@@ -78,7 +78,7 @@ class Round:
             if cuda_graphs else None
 
     def compiled(self) -> list[ShapeGraphs]:
-        """The compiled forwards' graphs (verify, draft) that this round runs, if any."""
+        """The compiled parts' graphs (verify, draft, tree build) this round runs, if any."""
         return compiled_graphs(self.forward, self.proposer, self.stages)
 
     def reset(self, seed: int, stats: GenerationStats) -> None:
