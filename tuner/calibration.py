@@ -31,14 +31,15 @@ def calibrate_reference(name: str) -> Efficiency:
 def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     """Fit on the study's measured levels (every launch, or all but the held-out share of its
     trials, every ``1/holdout``-th by trial number) and compare."""
-    eff, result, fitted, held = fit_study(cfg, holdout)
+    trials = _measured_trials(cfg)
+    eff, result, fitted, held = fit_study(cfg, holdout, trials)
     _show(f"model vs study {cfg.study.name} (fitted levels)", fitted)
     if held:
         _show(f"held-out launches ({len(held)} levels, not fitted)", held)
     render.note(f"fitted levels:   {summary(fitted)}")
     if held:
         render.note(f"held-out levels: {summary(held)}")
-    for line in repeat_spreads(_measured_trials(cfg)):
+    for line in repeat_spreads(trials):
         render.note(line)
     for i in result.identified:
         render.note(f"{i.key}: {i.value:.4g} ({i.status})",
@@ -47,15 +48,17 @@ def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     return eff
 
 
-def fit_study(cfg: Config, holdout: float = 0.0):
-    """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones).
+def fit_study(cfg: Config, holdout: float = 0.0, trials: list | None = None):
+    """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones), from
+    `trials` (default: the study's measured ones).
     The drafter's acceptance is fitted first, to the fitted launches' measured accept lengths
     (acceptance_fit), so the constants do not absorb the drafter's error."""
     from backends.perf_model.acceptance_fit import fit_acceptance
     from backends.perf_model.global_fit import fit_sources
     from tuner.wiring import deployment_from, efficiency_from, workload_from
 
-    fit_trials, held_trials = _split(_measured_trials(cfg), holdout)
+    trials = _measured_trials(cfg) if trials is None else trials
+    fit_trials, held_trials = _split(trials, holdout)
     fit_obs, held = _observations(fit_trials), _observations(held_trials)
     if not fit_obs:
         raise ValueError(f"study {cfg.study.name!r} has no successful measured level to fit")
@@ -124,8 +127,9 @@ def _measured_trials(cfg: Config) -> list:
 def _split(trials: list, holdout: float) -> tuple[list, list]:
     """(fitted, held-out) trials: every ``1/holdout``-th by trial order is held out."""
     every = round(1 / holdout) if holdout > 0 else 0
-    held = [t for i, t in enumerate(trials) if every and i % every == every - 1]
-    return [t for t in trials if t not in held], held
+    held_out = [bool(every) and i % every == every - 1 for i in range(len(trials))]
+    return ([t for t, out in zip(trials, held_out) if not out],
+            [t for t, out in zip(trials, held_out) if out])
 
 
 def _observations(trials: list) -> list[Observation]:

@@ -84,8 +84,8 @@ def serve(options: ServeOptions) -> None:
     if options.device == "cpu":  # this process's engine; ranks (tp > 1) set their own
         import torch
 
-        if options.engine_threads():
-            torch.set_num_threads(options.engine_threads())
+        if threads := options.engine_threads():
+            torch.set_num_threads(threads)
         print(f"dflash-tune serve: engine on {torch.get_num_threads()} torch threads",
               file=sys.stderr, flush=True)
     ranks: list = []

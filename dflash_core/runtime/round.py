@@ -22,7 +22,7 @@ from dflash_core.parallel.traffic import Traffic
 from dflash_core.runtime.compiled import ShapeGraphs, compiled_graphs
 from dflash_core.runtime.graphs import RoundGraphs
 from dflash_core.runtime.stats import GenerationStats
-from dflash_core.speculation.accept import Acceptance
+from dflash_core.speculation.accept import Acceptance, accept
 from dflash_core.speculation.proposer import DraftInput, Proposer
 from dflash_core.speculation.sampling import SamplingTable, sample_table
 from dflash_core.speculation.spec import Spec
@@ -70,7 +70,7 @@ class Round:
         # A replayed graph runs no Python, so each shape's collectives are counted when it
         # runs eagerly and added per round from here.
         self.traffic: dict[tuple[int, int, str], Traffic] = {}
-        # The verify forward and the tree / accept stages; the engine may swap in compiled ones.
+        # The verify forward and the tree build; the engine may swap in compiled ones.
         self.forward = target
         self.stages: TreeStages = EAGER_STAGES
         self.graphs = RoundGraphs(
@@ -112,7 +112,7 @@ class Round:
         with timed("verify", device, stage_timing):
             post, features = self._verify(cache, starts, read_len, tree, mode)
         with timed("accept", device, stage_timing):
-            acc = self.stages.accept(tree, post, self.path_len)
+            acc = accept(tree, post, self.path_len)
         with timed("commit", device, stage_timing):
             self._commit(cache, starts, tree, acc, features)
         if mark is not None:

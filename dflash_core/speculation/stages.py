@@ -1,14 +1,12 @@
-"""A round's two pure stages: the draft tree from the drafter's logits, and the acceptance walk.
-
-Both are tensor functions of their inputs alone (no state, no cache, no generator), which is
-what lets `runtime/compiled.py` compile them per shape; `TreeStages` is their eager form.
+"""A round's draft tree from the drafter's logits: a tensor function of its inputs alone (no
+state, no cache, no generator), which is what lets `runtime/compiled.py` compile it per shape;
+`TreeStages` is its eager form.
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from dflash_core.speculation.accept import Acceptance, accept
 from dflash_core.speculation.spec import Spec
 from dflash_core.speculation.tree import Tree, build_tree, chain_tree
 
@@ -25,10 +23,6 @@ class TreeStages:
         topk = min(spec.topk or spec.budget, spec.budget)
         return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, topk,
                           spec.tree_depth, spec.spine)
-
-    def accept(self, tree: Tree, post: Tensor, path_len: int) -> Acceptance:
-        """post: [n, N] the target's token per node -> the accepted path, tau and bonus."""
-        return accept(tree, post, path_len)
 
 
 EAGER_STAGES = TreeStages()

@@ -62,8 +62,8 @@ def test_fused_weights_are_views_and_the_state_dict_is_the_checkpoints(tmp_path)
     assert state.keys() == want.keys()  # no joint weight under a name of its own
     assert all(torch.equal(state[k], want[k]) for k in want)
     save_model(loaded, tmp_path / "again")  # the loaded model saves as any model does
-    _, refused = _forward(fuse_projections(load_target(tmp_path / "again")))
-    assert refused == _forward(loaded)[1]  # fusing twice changes nothing
+    _, gemms_fused_twice = _forward(fuse_projections(load_target(tmp_path / "again")))
+    assert gemms_fused_twice == _forward(loaded)[1]  # fusing twice changes nothing
 
 
 def test_a_loaded_drafter_projects_its_context_k_v_in_one_gemm(tmp_path):
