@@ -7,7 +7,7 @@ reported), then the three run it `--repeats` more times in turn, timed, steps on
 eager in every mode); medians are reported, and the tokens of the three are compared.
 
     OMP_NUM_THREADS=1 python bench/compile_bench.py [--methods plain,dflash] [--batches 1,8] \
-        [--context-bucket 64] [--tokens 48] [--compile inductor] [--repeats 5]
+        [--context-bucket 64] [--tokens 48] [--compile inductor] [--repeats 5] [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -72,13 +72,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--compile", default="inductor")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="float32", help="the engines' dtype (vLLM: bf16)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pair = ensure_pair()
-    target, drafter = load_models(pair / "target", pair / "drafter", "float32")
+    target, drafter = load_models(pair / "target", pair / "drafter", args.dtype)
     held_out = [p[:64] for p in json.loads((pair / "heldout_prompts.json").read_text())[:8]]
     print(f"{os.uname().nodename}, {torch.get_num_threads()} thread, load "
-          f"{os.getloadavg()[0]:.1f}, context bucket {args.context_bucket}, {args.tokens} "
+          f"{os.getloadavg()[0]:.1f}, {args.dtype}, context bucket {args.context_bucket}, {args.tokens} "
           f"tokens", file=sys.stderr)
     print("| method | batch | eager, exact reads | eager | compiled | compiled / eager | "
           "warm-up s (eager, compiled) | graphs | same tokens |")

@@ -3,18 +3,22 @@
 The serving loop's work without HTTP: `--concurrency` rows kept busy from a queue of the tiny
 pair's held-out prompts (64 in / `--tokens` out, greedy), as `dflash-tune serve`'s engine loop
 does: finished rows are released and refilled (one admission, one prefill, per new request)
-between rounds. Reported: output tok/s, and the wall seconds in admissions (prefill, eager in
-every mode) and in rounds, with their shares. With `--compile inductor` every round shape is
-compiled first (`LiveBatch.capture`), as the server does before it listens.
+between rounds. Reported: output tok/s (median of repeats, spread = range / median), the share
+of wall time in admissions (prefill), and the rounds of one run. Every (dtype, compile)
+configuration gets an engine; with compile on every shape is compiled first
+(`LiveBatch.capture`), as the server does before it listens; the configurations and
+concurrencies then run in turns, so a slow minute of the machine falls on all of them.
 
-    OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash] [--concurrency 8] \
-        [--requests 32] [--tokens 64] [--compile inductor] [--context-bucket 64]
+    OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash] [--concurrency 1,8] \
+        [--requests 32] [--tokens 64] [--dtype float32,bfloat16] [--compile none,inductor] \
+        [--context-bucket 64] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -30,9 +34,9 @@ SPECS = {"plain": Spec.none(), "dflash": Spec.of("dflash", 8),
 
 def serve_queue(batch, prompts: list[list[int]], tokens: int) -> dict:
     """Run every prompt through `batch`, refilling free rows between rounds -> the seconds in
-    admissions and in rounds, and the tokens generated."""
+    admissions and in rounds, the tokens generated and the rounds run."""
     sampling = SamplingParams(max_tokens=tokens)
-    queue, admit_s, round_s, generated = list(prompts), 0.0, 0.0, 0
+    queue, admit_s, round_s, generated, rounds = list(prompts), 0.0, 0.0, 0, 0
     while queue or batch.live_rows():
         free = [b for b in batch.free_rows() if batch.requests[b] is not None]
         for row in free:
@@ -47,51 +51,73 @@ def serve_queue(batch, prompts: list[list[int]], tokens: int) -> dict:
         began = time.perf_counter()
         batch.step()
         round_s += time.perf_counter() - began
+        rounds += 1
     generated += sum(len(r.output) for r in batch.requests if r is not None)
-    return {"admit_s": admit_s, "round_s": round_s, "tokens": generated}
+    return {"admit_s": admit_s, "round_s": round_s, "tokens": generated, "rounds": rounds}
+
+
+def configurations(args) -> list[tuple[str, str]]:
+    return [(d, c) for d in args.dtype.split(",") for c in args.compile.split(",")]
+
+
+def open_batches(pair, spec: Spec, args, concurrencies: list[int]) -> dict:
+    """(dtype, compile, concurrency) -> a live batch with every shape compiled (capture)."""
+    batches = {}
+    for dtype, mode in configurations(args):
+        target, drafter = load_models(pair / "target", pair / "drafter", dtype)
+        buckets = tuple(b for b in (1, 2, 4, 8) if b <= max(concurrencies))
+        engine = build_engine(target, drafter if spec.method != "none" else None,
+                              max_batch=max(concurrencies), max_context=256,
+                              max_tree_nodes=spec.num_nodes, batch_buckets=buckets,
+                              compile=mode, context_bucket=args.context_bucket)
+        began, made = time.perf_counter(), 0
+        for c in sorted(concurrencies, reverse=True):
+            batch = batches[dtype, mode, c] = engine.open_batch(spec, c)
+            made += batch.capture() if engine.config.fixed_shapes else 0
+        if engine.config.fixed_shapes:
+            print(f"{dtype} {mode}: compiled {made} graphs in "
+                  f"{time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return batches
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="dflash", choices=sorted(SPECS))
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", default="8", help="comma list")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--compile", default="none")
+    parser.add_argument("--compile", default="none", help="comma list (EngineConfig.compile)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default="float32",
+                        help="comma list of the engines' dtypes (vLLM: bf16)")
     parser.add_argument("--context-bucket", type=int, default=0,
                         help="EngineConfig.context_bucket (0: exact reads, 256 with compile)")
     args = parser.parse_args()
     pair = ensure_pair()
-    target, drafter = load_models(pair / "target", pair / "drafter", "float32")
     spec = SPECS[args.method]
-    buckets = tuple(b for b in (1, 2, 4, 8) if b <= args.concurrency) or (args.concurrency,)
-    engine = build_engine(target, drafter if spec.method != "none" else None,
-                          max_batch=args.concurrency, max_context=256,
-                          max_tree_nodes=spec.num_nodes, batch_buckets=buckets,
-                          compile=args.compile, context_bucket=args.context_bucket)
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
     prompts = [p[:64] for p in held_out_prompts(pair)][:args.requests]
+    runs = {}
     with torch.inference_mode():
-        batch = engine.open_batch(spec)
-        if engine.config.fixed_shapes:
-            began = time.perf_counter()
-            made = batch.capture()
-            print(f"compiled {made} graphs in {time.perf_counter() - began:.0f} s",
-                  file=sys.stderr)
-        serve_queue(batch, prompts[:args.concurrency], 8)  # warm-up: first calls, prefill
-        runs = [serve_queue(batch, prompts, args.tokens) for _ in range(args.repeats)]
-    print("| method | compile | read bucket | conc. | tok/s | admissions s (share) "
-          "| rounds s (share) |")
+        batches = open_batches(pair, spec, args, concurrencies)
+        for batch in batches.values():
+            serve_queue(batch, prompts[:batch.cache.rows], 8)  # first calls, prefill
+        # In turns, so a slow minute of a shared machine falls on every configuration.
+        for _ in range(args.repeats):
+            for key, batch in batches.items():
+                runs.setdefault(key, []).append(serve_queue(batch, prompts, args.tokens))
+    print("| method | dtype | compile | conc. | tok/s median (spread) | admissions share "
+          "| rounds |")
     print("|---|---|---|---|---|---|---|")
-    for r in runs:
-        wall = r["admit_s"] + r["round_s"]
-        print(f"| {args.method} | {args.compile} | {engine.config.context_bucket} "
-              f"| {args.concurrency} | {r['tokens'] / wall:.0f} "
-              f"| {r['admit_s']:.2f} ({r['admit_s'] / wall:.0%}) "
-              f"| {r['round_s']:.2f} ({r['round_s'] / wall:.0%}) |")
+    for (dtype, mode, c), results in runs.items():
+        rates = [r["tokens"] / (r["admit_s"] + r["round_s"]) for r in results]
+        share = statistics.median(r["admit_s"] / (r["admit_s"] + r["round_s"]) for r in results)
+        print(f"| {args.method} | {dtype} | {mode} | {c} | {statistics.median(rates):.0f} "
+              f"({(max(rates) - min(rates)) / statistics.median(rates):.0%}) | {share:.0%} "
+              f"| {results[-1]['rounds']} |")
     print(f"\n{os.uname().nodename}, {torch.get_num_threads()} torch threads, load "
-          f"{os.getloadavg()[0]:.1f}, {args.requests} requests x {args.tokens} tokens",
-          file=sys.stderr)
+          f"{os.getloadavg()[0]:.1f}, {args.repeats} repeats x {args.requests} requests x "
+          f"{args.tokens} tokens", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,15 @@ of the median), run-local acceptance, and ours / vLLM as the median of the per-r
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
-        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8] [--our-dtype float32]
+        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8]
+        [--our-dtype float32[,bfloat16]]
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
 
-`--our-compile inductor` serves ours with `--compile inductor`: the verify forward and the
-drafter's block pass compiled per round shape, rows padded to `--our-buckets`; the server
-compiles every shape before it listens, so the warm-up is in its start-up time, not in a level.
+`--our-compile inductor` (or max-autotune) serves ours with `--compile inductor`: the round
+(verify, drafter block pass, DDTree build) compiled per round shape, rows padded to
+`--our-buckets`, and the prefill per prompt bucket; the server compiles every shape before it
+listens, so the warm-up is in its start-up time, not in a level. `--our-dtype float32,bfloat16`
+runs one server of ours per dtype beside vLLM, all measured in turns.
 """
 
 from __future__ import annotations
@@ -65,19 +68,23 @@ def deployments(python: Path, bind: str | None, context: int, our_dtype: str,
     pair = ensure_pair()
     model = str(pair / "target" / "config.json")
     # vLLM computes in the checkpoint's dtype (bf16); ours in what it is told.
-    extra = ("--dtype", our_dtype)
+    extra = ()
     if our_compile != "none":
         extra += ("--compile", our_compile, "--cuda-graph-bs", our_buckets)
     if our_threads:
         extra += ("--threads", str(our_threads))
-    ours = LaunchTarget(str(pair / "target"), str(pair / "drafter"), context_length=context,
-                        extra_args=extra)
     theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
                                  context_length=context)
     if bind:
         theirs = _with_env(theirs, VLLM_CPU_OMP_THREADS_BIND=bind)
-    return {"serve": Deployment(gpu="cpu", gpus=1, model=model, target=ours, engine="dflash"),
-            "vllm": Deployment(gpu="cpu", gpus=1, model=model, target=theirs, engine="vllm")}
+    deps = {}
+    for dtype in our_dtype.split(","):  # one server of ours per dtype, all up at once
+        ours = LaunchTarget(str(pair / "target"), str(pair / "drafter"),
+                            context_length=context, extra_args=("--dtype", dtype, *extra))
+        deps[f"serve {dtype}"] = Deployment(gpu="cpu", gpus=1, model=model, target=ours,
+                                            engine="dflash")
+    return deps | {"vllm": Deployment(gpu="cpu", gpus=1, model=model, target=theirs,
+                                      engine="vllm")}
 
 
 def _with_env(target: LaunchTarget, **extra: str) -> LaunchTarget:
@@ -86,23 +93,24 @@ def _with_env(target: LaunchTarget, **extra: str) -> LaunchTarget:
     return replace(target, env=(*target.env, *extra.items()))
 
 
-def measure(deps: dict[str, Deployment], engines: tuple[str, ...], params: dict,
+def measure(deps: dict[str, Deployment], servers: tuple[str, ...], params: dict,
             levels: tuple[int, ...], repeats: int, requests: int, client_cores: str | None
             ) -> dict[str, dict[int, list[tuple[float, float | None]]]]:
-    """{engine: {concurrency: [(output tok/s, accept length), ...]}}, both engines up at once
-    and measured in turns (each level of one right after the same level of the other), so a
-    slow spell of a shared machine hits both alike and each repeat gives a ratio of its own."""
+    """{server: {concurrency: [(output tok/s, accept length), ...]}}, every server up at once
+    and measured in turns (each level of one right after the same level of the others), so a
+    slow spell of a shared machine hits all alike and each repeat gives a ratio of its own.
+    A server is "vllm" or "serve <dtype>" (the backend is the first word)."""
     launch = LaunchParams(**COMMON, **params)
     workload = Workload(input_len=64, output_len=64, concurrency=levels)
-    out = {e: {c: [] for c in levels} for e in engines}
+    out = {e: {c: [] for c in levels} for e in servers}
     with contextlib.ExitStack() as stack:
         sessions = {}
-        for engine in engines:
-            runner = get_backend(engine, deps[engine], requests_per_level=requests,
+        for server in servers:
+            runner = get_backend(server.split()[0], deps[server], requests_per_level=requests,
                                  warmup_requests=4)
             began = time.perf_counter()
-            sessions[engine] = stack.enter_context(runner.session(launch, workload))
-            print(f"  {engine}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+            sessions[server] = stack.enter_context(runner.session(launch, workload))
+            print(f"  {server}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
         stack.enter_context(pinned(client_cores))
         for _ in range(repeats):
             for c in levels:
@@ -135,28 +143,34 @@ def run(args) -> list[dict]:
     for key in args.methods.split(","):
         name, params = method(key)
         print(f"{name}:", file=sys.stderr)
-        engines = ("serve",) if key.startswith("ddtree") else ("serve", "vllm")  # no DDTree there
-        results = measure(deps, engines, params, levels, args.repeats, args.requests,
+        ours = tuple(d for d in deps if d != "vllm")
+        servers = ours if key.startswith("ddtree") else (*ours, "vllm")  # no DDTree there
+        results = measure(deps, servers, params, levels, args.repeats, args.requests,
                           args.client_cores)
         for c in levels:
-            row = {"method": name, "concurrency": c,
-                   **{e: summarise(results[e][c]) for e in engines}}
-            if "vllm" in row:
-                ratios = [a / b for (a, _), (b, _) in zip(results["serve"][c], results["vllm"][c])]
-                row["ours_over_vllm"] = round(statistics.median(ratios), 3)
-                row["ratio_runs"] = [round(r, 3) for r in ratios]
-            rows.append(row)
+            for server in ours:
+                row = {"method": name, "concurrency": c, "dtype": server.split()[1],
+                       "serve": summarise(results[server][c])}
+                if "vllm" in servers:
+                    row["vllm"] = summarise(results["vllm"][c])
+                    ratios = [a / b for (a, _), (b, _) in
+                              zip(results[server][c], results["vllm"][c])]
+                    row["ours_over_vllm"] = round(statistics.median(ratios), 3)
+                    row["ratio_runs"] = [round(r, 3) for r in ratios]
+                rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| method | conc. | serve tok/s (spread) | vLLM tok/s (spread) | serve / vLLM "
-            "(per-repeat range) | accept serve / vLLM |\n|---|---|---|---|---|---|")
+    head = ("| method | conc. | serve dtype | serve tok/s (spread) | vLLM tok/s (spread) "
+            "| serve / vLLM (per-repeat range) | accept serve / vLLM |\n"
+            "|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         ours, theirs = r["serve"], r.get("vllm")
         lines.append(
-            f"| {r['method']} | {r['concurrency']} | {ours['tok_s']:.0f} ({ours['spread_pct']:.0f}%) | "
+            f"| {r['method']} | {r['concurrency']} | {r['dtype']} "
+            f"| {ours['tok_s']:.0f} ({ours['spread_pct']:.0f}%) | "
             + (f"{theirs['tok_s']:.0f} ({theirs['spread_pct']:.0f}%) | {r['ours_over_vllm']:.2f} "
                f"({min(r['ratio_runs']):.2f}-{max(r['ratio_runs']):.2f}) | "
                if theirs else "- | - | ")
@@ -190,8 +204,11 @@ def main() -> None:
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",
-                        help="dflash-tune serve --dtype (vLLM runs the checkpoint's bf16)")
-    parser.add_argument("--our-compile", default="none", choices=("none", "inductor", "eager"),
+                        help="dflash-tune serve --dtype, or a comma list: one server of ours "
+                             "per dtype, all measured in turns (vLLM runs the checkpoint's "
+                             "bf16)")
+    parser.add_argument("--our-compile", default="none",
+                        choices=("none", "inductor", "max-autotune", "eager"),
                         help="dflash-tune serve --compile")
     parser.add_argument("--our-buckets", default="1,2,4,8",
                         help="dflash-tune serve --cuda-graph-bs with --our-compile")

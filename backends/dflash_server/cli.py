@@ -42,9 +42,11 @@ TpSize = Annotated[int, option("tp_size", "Ranks (processes) the target is split
 EpSize = Annotated[int, option("ep_size", "Expert groups among the tp ranks (divides tp): "
                                           "routed experts split over them.", "--ep")]
 Compile = Annotated[str, typer.Option(help=(
-    "The verify forward and the drafter's block pass through torch.compile: none (eager), "
-    "inductor, or eager (Dynamo trace only). `serve` compiles every round shape before it "
-    "listens (bound them with --cuda-graph-bs); `generate` in its warm-up run."))]
+    "The round (verify, draft, DDTree build) and the prefill through torch.compile: none "
+    "(eager), inductor, max-autotune (Inductor also picks each GEMM's kernel by timing: a "
+    "longer warm-up), or eager (Dynamo trace only). `serve` compiles every shape before it "
+    "listens (bound them with --cuda-graph-bs); `generate` in its warm-up run. On a CPU with "
+    "AMX, pair it with --dtype bfloat16."))]
 
 
 def serve(

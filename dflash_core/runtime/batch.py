@@ -115,16 +115,26 @@ class LiveBatch:
 
     def _prefill(self, rows: list[int], prompts: list[list[int]],
                  samplings: list[SamplingParams]) -> list[int]:
-        """One causal forward over the right-padded prompts into a scratch cache, copied into
-        the rows; padding never reaches a real token and lands past each prefix. The prompt's
-        drafter context is written now, so every round's pending context has one width."""
-        lens = [len(p) for p in prompts]
-        longest, n = max(lens), len(prompts)
-        ids = self._tensor([p + [0] * (longest - len(p)) for p in prompts])  # [n, P]
-        scratch = self.target.allocate_cache(n, longest)
+        """The prompts' forward(s) -> their first tokens. With prompt buckets (a compiled
+        forward) one request at a time in its bucket's graph; else all in one forward."""
+        if not self.shapes.prompt_buckets:
+            return self._forward_prompts(rows, prompts, samplings, max(map(len, prompts)))
+        capacity = self.cache.capacity
+        return [self._forward_prompts([b], [p], [s], self.shapes.prompt_len(len(p), capacity))[0]
+                for b, p, s in zip(rows, prompts, samplings)]
+
+    def _forward_prompts(self, rows: list[int], prompts: list[list[int]],
+                         samplings: list[SamplingParams], padded: int) -> list[int]:
+        """One causal forward over the prompts right-padded to `padded` tokens into a scratch
+        cache, copied into the rows; padding never reaches a real token and lands past each
+        prefix. The prompt's drafter context is written now, so every round's pending context
+        has one width."""
+        lens, n = [len(p) for p in prompts], len(prompts)
+        ids = self._tensor([p + [0] * (padded - len(p)) for p in prompts])  # [n, P]
+        scratch = self.target.allocate_cache(n, padded)
         zeros = torch.zeros(n, dtype=torch.long, device=self.device)
-        step = Step.causal(zeros, longest, 0, self.fused)
-        hidden, features = self.target(ids, step, scratch, self.taps)  # [n, P, *]
+        step = Step.causal(zeros, padded, 0, self.fused)
+        hidden, features = self.round.forward(ids, step, scratch, self.taps)  # [n, P, *]
         index = self._tensor(rows)
         self.cache.put_rows(index, scratch)
         last = hidden[torch.arange(n, device=self.device), self._tensor(lens) - 1]  # [n, H]
@@ -132,7 +142,7 @@ class LiveBatch:
         first = sample_table(self.target.logits(last)[:, None], table, self.generator,
                              table.mode())[:, 0]
         if self.proposer is not None:
-            self.proposer.absorb(rows, features, torch.arange(longest, device=self.device))
+            self.proposer.absorb(rows, features, torch.arange(padded, device=self.device))
         state = self.state
         state.anchors[index] = first
         state.features[index] = 0  # nothing pending: slots past the prefix, never read
@@ -161,9 +171,10 @@ class LiveBatch:
         """Capture the CUDA graphs, or compile the compiled forwards (their CPU analogue), of
         every row count (largest first) x read length (x sampling mode, for graphs: a compiled
         forward does not depend on it) before any request arrives, so no request waits for a
-        capture or a compile. Each shape runs one real round over idle rows (harmless: they
-        compute into their own rows). Default read lengths: every bucket up to the engine's
-        max_context. Returns how many graphs were made."""
+        capture or a compile; compiled, also every prompt bucket's prefill. Each shape runs one
+        real round over idle rows (harmless: they compute into their own rows). Default read
+        lengths: every bucket up to the engine's max_context. Returns how many graphs were
+        made."""
         graphs, compiled = self.round.graphs, self.round.compiled()
         if graphs is None and not compiled:
             raise ValueError("neither CUDA graphs nor compile is on (EngineConfig.cuda_graphs, "
@@ -175,6 +186,9 @@ class LiveBatch:
             return graphs.captures if graphs else sum(c.compiles for c in compiled)
 
         before = made()
+        if self.shapes.prompt_buckets:  # a dummy prompt into row 0, overwritten by its admission
+            for padded in self.shapes.all_prompt_lens(self.max_context, self.cache.capacity):
+                self._forward_prompts([0], [[0] * padded], [SamplingParams()], padded)
         lens = read_lens or self.shapes.all_read_lens(self.max_context, self.cache.capacity)
         self.state.starts.zero_()
         for n in self.shapes.all_rows(len(self.requests)):

@@ -22,7 +22,8 @@ verify forward"):
 - Fixed sizes: with dynamic=True the prefix read length reached a dict key (the memoised
   attention biases), which specialises it, so every new read length recompiled.
 
-`backend`: "inductor" generates fused C++ (CPU) or Triton (CUDA) kernels; "eager" only traces
+`backend`: "inductor" generates fused C++ (CPU) or Triton (CUDA) kernels, "max-autotune" also
+picks each GEMM's kernel by timing (INDUCTOR_OPTIONS); "eager" only traces
 (Dynamo, no code generation), which checks that the forward compiles without paying for
 Inductor. The taps are closed over as a tuple: passed as a list argument, Dynamo would treat the
 layer ids as dynamic ints and `layer.index in taps` would stop matching.
@@ -47,7 +48,16 @@ from dflash_core.speculation.spec import Spec
 from dflash_core.speculation.stages import TreeStages
 from dflash_core.speculation.tree import Tree
 
-BACKENDS = ("none", "inductor", "eager")
+BACKENDS = ("none", "inductor", "max-autotune", "eager")
+# Both Inductor modes freeze: the weights are constants of the graph (an engine never changes
+# them after load), so Inductor pre-packs each linear's weight once instead of per call. In bf16
+# on a CPU with AMX that is what reaches the AMX GEMMs (docs/BENCHMARKS.md, issue 18 sixth
+# pass); fp32 is unchanged. "max-autotune" also times Inductor's own GEMM kernels (C++ AMX / AVX
+# micro-kernels on a CPU, Triton on CUDA) against ATen's for each GEMM shape and keeps the
+# fastest: a longer warm-up for cheaper small GEMMs. Graphs are made under inference_mode (the
+# engine's), which freezing needs.
+INDUCTOR_OPTIONS = {"inductor": {"freezing": True},
+                    "max-autotune": {"freezing": True, "max_autotune": True}}
 
 
 class ShapeGraphs:
@@ -83,7 +93,9 @@ class ShapeGraphs:
         # own gives each shape one entry, dropped with the graph.
         own = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
                                  fn.__defaults__, fn.__closure__)
-        return torch.compile(own, backend=self.backend, dynamic=False)
+        options = INDUCTOR_OPTIONS.get(self.backend)
+        backend = "inductor" if options else self.backend
+        return torch.compile(own, backend=backend, dynamic=False, options=options)
 
 
 class CompiledForward:

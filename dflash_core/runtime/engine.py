@@ -47,10 +47,13 @@ class EngineConfig:
     # compiled forwards, one per shape too) read in buckets of DEFAULT_GRAPH_CONTEXT_BUCKET
     # slots unless one is set.
     cuda_graphs: bool = False
-    # The verify forward through torch.compile (compiled.py): "none" (eager), "inductor" or
-    # "eager" (Dynamo tracing only); one fixed-shape graph per round shape. Off by default: on
-    # the tiny pair on CPU its rounds are faster, but its warm-up (an Inductor compile of
-    # 10-25 s per shape) takes thousands of rounds to repay (docs/BENCHMARKS.md, issue 18).
+    # The round's forwards (verify, draft block, DDTree build, prefill) through torch.compile
+    # (compiled.py): "none" (eager), "inductor", "max-autotune" (Inductor timing its own GEMM
+    # kernels against ATen's) or "eager" (Dynamo tracing only); one fixed-shape graph per
+    # shape. Off by default: on the tiny pair on CPU its rounds are faster, but its warm-up (an
+    # Inductor compile of 10-25 s per shape) takes thousands of rounds to repay
+    # (docs/BENCHMARKS.md, issue 18). In fp32 its tokens are eager's; in bf16 a fused kernel
+    # rounds differently from eager's ops, so a near-tie may go the other way.
     compile: str = "none"
 
     def __post_init__(self) -> None:
@@ -113,7 +116,8 @@ class Engine:
         if not 1 <= rows <= cfg.max_batch:
             raise ValueError(f"a batch needs 1..{cfg.max_batch} rows (max_batch), got {rows}")
         batch = LiveBatch(self._round(spec, rows), cfg.max_context, seed,
-                          RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket),
+                          RoundShapes(tuple(cfg.batch_buckets), cfg.context_bucket,
+                                      prompt_buckets=cfg.compile != "none"),
                           cfg.stage_timing)
         return mirrored(batch, self.target.comm, spec, rows, seed)  # rank 0 of several: sent on
 

@@ -13,10 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+MIN_PROMPT_BUCKET = 16
+
+
 @dataclass(slots=True, frozen=True)
 class RoundShapes:
     batch_buckets: tuple[int, ...] = ()  # round rows: the smallest bucket >= the rows needed
     context_bucket: int = 0  # prefix reads rounded up to a multiple of this (0: exact)
+    # Prefill one request per forward, its prompt padded to a power of two (>= 16): the
+    # compiled prefill's shapes, one per bucket up to max_context (a few, all made ahead).
+    # Off: one forward for all prompts admitted together, padded to the longest.
+    prompt_buckets: bool = False
 
     def __post_init__(self) -> None:
         if any(b < 1 for b in self.batch_buckets) or self.context_bucket < 0:
@@ -46,3 +53,18 @@ class RoundShapes:
         lens = range(1, max_context, self.context_bucket)
         return sorted({self.read_len(n, capacity) for n in [*lens, max_context - 1]},
                       reverse=True)
+
+    def prompt_len(self, longest: int, capacity: int) -> int:
+        """Prefill positions for a prompt of ``longest`` tokens (prompt_buckets on)."""
+        bucket = MIN_PROMPT_BUCKET
+        while bucket < longest:
+            bucket *= 2
+        return min(bucket, capacity)
+
+    def all_prompt_lens(self, max_context: int, capacity: int) -> list[int]:
+        """Every prefill length of prompts of 1..max_context - 1 tokens, largest first."""
+        lens, bucket = {self.prompt_len(max_context - 1, capacity)}, MIN_PROMPT_BUCKET
+        while bucket < max_context - 1:
+            lens.add(self.prompt_len(bucket, capacity))
+            bucket *= 2
+        return sorted(lens, reverse=True)

@@ -113,9 +113,10 @@ def test_compiled_shapes_past_dynamos_recompile_limit_stay_compiled():
 @pytest.mark.slow  # six Dynamo traces, ~10 s on 2 cores
 def test_capture_compiles_every_round_shape_before_a_request_and_serving_compiles_none():
     """`LiveBatch.capture` with compile on is what it is with CUDA graphs: every (rows bucket,
-    read bucket) shape of the verify and the drafter's block pass is compiled
-    before the first request, so the requests after it compile nothing and get eager's
-    tokens, for DFlash and for plain decoding (no draft: a tree of the root alone)."""
+    read bucket) shape of the verify and the drafter's block pass, and every prompt bucket's
+    prefill, is compiled before the first request, so the requests after it compile nothing
+    and get eager's tokens, for DFlash and for plain decoding (no draft: a tree of the root
+    alone)."""
     target, drafter = make_target(), make_drafter()
     config = dict(max_batch=2, max_context=40, max_tree_nodes=16, batch_buckets=(1, 2))
     compiled = Engine(target, DFlashProposer(drafter, target),
@@ -123,11 +124,12 @@ def test_capture_compiles_every_round_shape_before_a_request_and_serving_compile
     eager = Engine(target, DFlashProposer(drafter, target), EngineConfig(**config))
     verify, draft, stages = compiled.compiled_graphs()
     with torch.inference_mode():
-        # rows 2 and 1, one read: a verify and a block pass for each (chains build eagerly)
-        assert compiled.open_batch(Spec.dflash(BLOCK)).capture() == 4
-        assert compiled.open_batch(Spec.none()).capture() == 2  # no block pass
+        # rows 2 and 1, one read: a verify and a block pass for each (chains build eagerly);
+        # prompts of up to 39 tokens padded to 16, 32 or 56 (the cache): 3 prefills
+        assert compiled.open_batch(Spec.dflash(BLOCK)).capture() == 4 + 3
+        assert compiled.open_batch(Spec.none()).capture() == 2  # no block pass, same prefills
     counts = (verify.compiles, draft.compiles, stages.compiles)
-    assert counts == (4, 2, 0)
+    assert counts == (4 + 3, 2, 0)
     for spec in (Spec.dflash(BLOCK), Spec.none()):
         for prompts in (PROMPTS[:2], PROMPTS[:1]):
             assert compiled.generate(prompts, GREEDY, spec).tokens == \

@@ -34,6 +34,31 @@ def test_prefix_reads_round_up_to_the_context_bucket_within_the_cache():
         RoundShapes((0,))
 
 
+def test_prompts_pad_to_a_power_of_two_within_the_cache_one_bucket_per_length():
+    shapes = RoundShapes(prompt_buckets=True)
+    assert [shapes.prompt_len(n, 200) for n in (1, 16, 17, 64, 65, 150)] == \
+        [16, 16, 32, 64, 128, 200]  # never past the cache
+    assert shapes.all_prompt_lens(160, 176) == [176, 128, 64, 32, 16]
+    assert shapes.all_prompt_lens(129, 200) == [128, 64, 32, 16]  # prompts of <= 128 tokens
+    assert set(shapes.all_prompt_lens(40, 56)) == {shapes.prompt_len(n, 56) for n in range(40)}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["plain", "dflash", "ddtree"])
+@torch.inference_mode()
+def test_prefill_one_request_at_a_time_in_prompt_buckets_emits_the_same_tokens(spec):
+    """The compiled prefill's shapes, run eagerly: each prompt alone, padded to its bucket."""
+    target, drafter = make_target(), make_drafter()
+    greedy = SamplingParams(max_tokens=TOKENS)
+    exact = _engine(target, drafter).generate(PROMPTS[:3], greedy, spec)
+    engine = _engine(target, drafter)
+    batch = engine.open_batch(spec, 3)
+    batch.shapes = RoundShapes(prompt_buckets=True)
+    batch.admit(PROMPTS[:3], [greedy] * 3)
+    while batch.live_rows():
+        batch.step()
+    assert [r.output for r in batch.requests] == exact.tokens
+
+
 def _engine(target, drafter, **shapes) -> Engine:
     return Engine(target, DFlashProposer(drafter, target),
                   EngineConfig(max_batch=4, max_context=160, max_tree_nodes=16, **shapes))
