@@ -4,7 +4,7 @@ For each method and batch, three engines: eager with exact reads (the default), 
 compiled with the same context bucket (so both read the same padded prefix). Each runs the
 batch once as its warm-up (it pays every compile; its seconds and the compiled graphs are
 reported), then the three run it `--repeats` more times in turn, timed, steps only (prefill is
-eager in every mode); medians are reported, and the tokens of the three are compared.
+not timed); medians are reported, and the tokens of the three are compared.
 
     OMP_NUM_THREADS=1 python bench/compile_bench.py [--methods plain,dflash] [--batches 1,8] \
         [--context-bucket 64] [--tokens 48] [--compile inductor] [--repeats 5] [--dtype bfloat16]
