@@ -186,9 +186,9 @@ class LiveBatch:
             return graphs.captures if graphs else sum(c.compiles for c in compiled)
 
         before = made()
-        if self.shapes.prompt_buckets:  # a dummy prompt into row 0, overwritten by its admission
+        if self.shapes.prompt_buckets:  # a one-token prompt into row 0, redone at its admission
             for padded in self.shapes.all_prompt_lens(self.max_context, self.cache.capacity):
-                self._forward_prompts([0], [[0] * padded], [SamplingParams()], padded)
+                self._forward_prompts([0], [[0]], [SamplingParams()], padded)
         lens = read_lens or self.shapes.all_read_lens(self.max_context, self.cache.capacity)
         self.state.starts.zero_()
         for n in self.shapes.all_rows(len(self.requests)):

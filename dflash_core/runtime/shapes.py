@@ -63,8 +63,5 @@ class RoundShapes:
 
     def all_prompt_lens(self, max_context: int, capacity: int) -> list[int]:
         """Every prefill length of prompts of 1..max_context - 1 tokens, largest first."""
-        lens, bucket = {self.prompt_len(max_context - 1, capacity)}, MIN_PROMPT_BUCKET
-        while bucket < max_context - 1:
-            lens.add(self.prompt_len(bucket, capacity))
-            bucket *= 2
-        return sorted(lens, reverse=True)
+        return sorted({self.prompt_len(n, capacity) for n in range(1, max_context)},
+                      reverse=True)
