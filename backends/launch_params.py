@@ -12,18 +12,18 @@ the speculation knobs without their prefix (``speculative_ddtree_topk`` -> ``Spe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dflash_core.speculation.spec import METHODS as SPECULATIVE_ALGORITHMS
-from dflash_core.speculation.spec import Spec, spec_for
+from dflash_core.speculation.spec import Spec, budget_at_rows, spec_for
 
 GRAPH_LADDERS = ("pow2", "dense")
 # The knobs a running engine could switch (everything else is fixed by the launch), in the
 # order they depend on each other: the method, its block, then the tree's shape.
 SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
                      "speculative_ddtree_budget", "speculative_ddtree_topk",
-                     "speculative_ddtree_max_depth")
+                     "speculative_ddtree_max_depth", "speculative_ddtree_round_tokens")
 # What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
 _ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float)}
 
@@ -46,6 +46,9 @@ class LaunchParams:
     speculative_ddtree_budget: int = 16
     speculative_ddtree_topk: int = 4
     speculative_ddtree_max_depth: int = 7
+    # Verify tokens a round may spend over all its running requests (0 = no cap): with more
+    # requests each gets a smaller tree (budget_at_rows), never smaller than the chain.
+    speculative_ddtree_round_tokens: int = 0
     cuda_graph: bool = True
     cuda_graph_max_bs: int = 32
     cuda_graph_bs_ladder: str = "dense"
@@ -87,9 +90,10 @@ class LaunchParams:
         if self.is_ddtree and self.speculative_ddtree_budget < min_ddtree_budget(
                 self.speculative_dflash_block_size):
             raise InvalidParams("speculative_ddtree_budget must be >= block size - 1")
-        if self.is_ddtree and min(self.speculative_ddtree_topk,
-                                  self.speculative_ddtree_max_depth) < 0:
-            raise InvalidParams("speculative_ddtree_topk and _max_depth must be >= 0")
+        if self.is_ddtree and min(self.speculative_ddtree_topk, self.speculative_ddtree_max_depth,
+                                  self.speculative_ddtree_round_tokens) < 0:
+            raise InvalidParams("speculative_ddtree_topk, _max_depth and _round_tokens must be "
+                                ">= 0")
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise InvalidParams("mem_fraction_static must be in (0, 1)")
 
@@ -112,10 +116,25 @@ class LaunchParams:
 
     @property
     def verify_tokens(self) -> int:
-        """Tokens the target verifies per request per step (anchor included)."""
+        """Tokens the target verifies per request per step (anchor included): the most, at one
+        running request (`at_batch` gives a step over more)."""
         if self.is_ddtree:
             return self.speculative_ddtree_budget + 1
         return self.speculative_dflash_block_size if self.speculative else 1
+
+    @property
+    def round_capped(self) -> bool:
+        """A DDTree whose budget shrinks with the running requests."""
+        return self.is_ddtree and self.speculative_ddtree_round_tokens > 0
+
+    def at_batch(self, batch: int) -> LaunchParams:
+        """These parameters as a step over `batch` running requests runs them: a round-capped
+        tree's budget at that batch (the engine's Spec.at_rows), the cap dropped."""
+        if not self.round_capped:
+            return self
+        budget = budget_at_rows(self.speculative_ddtree_budget, self.speculative_dflash_block_size,
+                                self.speculative_ddtree_round_tokens, batch)
+        return replace(self, speculative_ddtree_budget=budget, speculative_ddtree_round_tokens=0)
 
     @property
     def capture_batch_sizes(self) -> tuple[int, ...]:
@@ -139,7 +158,7 @@ class LaunchParams:
         if self.is_ddtree:
             parts.append(f"ddtree b{self.speculative_dflash_block_size} "
                          f"B{self.speculative_ddtree_budget} k{self.speculative_ddtree_topk} "
-                         f"d{self.tree_depth}")
+                         f"d{self.tree_depth}" + self.round_label)
         elif self.speculative:
             parts.append(f"dflash b{self.speculative_dflash_block_size}")
         else:
@@ -147,6 +166,11 @@ class LaunchParams:
         parts.append(f"graphs<={max(self.capture_batch_sizes)}" if self.cuda_graph else "eager")
         parts.append(f"run{self.max_running_requests} mem{self.mem_fraction_static:g}")
         return " ".join(parts)
+
+    @property
+    def round_label(self) -> str:
+        """' r64' for a tree capped at 64 verify tokens a round, '' uncapped."""
+        return f" r{self.speculative_ddtree_round_tokens}" if self.round_capped else ""
 
 
 def min_ddtree_budget(block_size: int) -> int:
@@ -163,7 +187,8 @@ def to_spec(knobs: Any, trained_block: int | None, spine: bool = False) -> Spec:
     depth = knobs.speculative_ddtree_max_depth
     return spec_for(knobs.speculative_algorithm, trained_block, block,
                     budget=knobs.speculative_ddtree_budget, topk=knobs.speculative_ddtree_topk,
-                    max_depth=min(depth, block - 1) if block else depth, spine=spine)
+                    max_depth=min(depth, block - 1) if block else depth, spine=spine,
+                    round_tokens=knobs.speculative_ddtree_round_tokens)
 
 
 def _admits(annotation: str, value: Any) -> bool:

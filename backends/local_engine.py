@@ -34,6 +34,7 @@ class GenerateRequest:
     speculative_ddtree_budget: int
     speculative_ddtree_topk: int
     speculative_ddtree_max_depth: int
+    speculative_ddtree_round_tokens: int
     spine: bool
     sampling: dict[str, Any]
     device: str

@@ -9,7 +9,7 @@ configuration gets an engine; with compile on every shape is compiled first
 (`LiveBatch.capture`), as the server does before it listens; the configurations and
 concurrencies then run in turns, so a slow minute of the machine falls on all of them.
 
-    OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash] [--concurrency 1,8] \
+    OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash,ddtree16] [--concurrency 1,8] \
         [--requests 32] [--tokens 64] [--dtype float32,bfloat16] [--compile none,inductor] \
         [--context-bucket 64] [--repeats 3]
 """
@@ -29,7 +29,10 @@ from dflash_core.training.evaluate import held_out_prompts
 from dflash_core.training.pair import ensure_pair
 
 SPECS = {"plain": Spec.none(), "dflash": Spec.of("dflash", 8),
-         "ddtree16": Spec.of("ddtree", 8, budget=16, topk=4)}
+         "ddtree7": Spec.of("ddtree", 8, budget=7, topk=4),
+         "ddtree15": Spec.of("ddtree", 8, budget=15, topk=4),
+         "ddtree16": Spec.of("ddtree", 8, budget=16, topk=4),
+         "ddtree16r64": Spec.of("ddtree", 8, budget=16, topk=4, round_tokens=64)}
 
 
 def serve_queue(batch, prompts: list[list[int]], tokens: int) -> dict:
@@ -60,20 +63,24 @@ def configurations(args) -> list[tuple[str, str]]:
     return [(d, c) for d in args.dtype.split(",") for c in args.compile.split(",")]
 
 
-def open_batches(pair, spec: Spec, args, concurrencies: list[int]) -> dict:
-    """(dtype, compile, concurrency) -> a live batch with every shape compiled (capture)."""
+def open_batches(pair, specs: dict[str, Spec], args, concurrencies: list[int]) -> dict:
+    """(method, dtype, compile, concurrency) -> a live batch with every shape compiled
+    (capture); one engine per (dtype, compile), shared by the methods."""
     batches = {}
+    needs_drafter = any(spec.method != "none" for spec in specs.values())
     for dtype, mode in configurations(args):
         target, drafter = load_models(pair / "target", pair / "drafter", dtype)
         buckets = tuple(b for b in (1, 2, 4, 8) if b <= max(concurrencies))
-        engine = build_engine(target, drafter if spec.method != "none" else None,
+        engine = build_engine(target, drafter if needs_drafter else None,
                               max_batch=max(concurrencies), max_context=256,
-                              max_tree_nodes=spec.num_nodes, batch_buckets=buckets,
-                              compile=mode, context_bucket=args.context_bucket)
+                              max_tree_nodes=max(s.num_nodes for s in specs.values()),
+                              batch_buckets=buckets, compile=mode,
+                              context_bucket=args.context_bucket)
         began, made = time.perf_counter(), 0
-        for c in sorted(concurrencies, reverse=True):
-            batch = batches[dtype, mode, c] = engine.open_batch(spec, c)
-            made += batch.capture() if engine.config.fixed_shapes else 0
+        for method, spec in specs.items():
+            for c in sorted(concurrencies, reverse=True):
+                batch = batches[method, dtype, mode, c] = engine.open_batch(spec, c)
+                made += batch.capture() if engine.config.fixed_shapes else 0
         if engine.config.fixed_shapes:
             print(f"{dtype} {mode}: compiled {made} graphs in "
                   f"{time.perf_counter() - began:.0f} s", file=sys.stderr)
@@ -82,7 +89,7 @@ def open_batches(pair, spec: Spec, args, concurrencies: list[int]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--method", default="dflash", choices=sorted(SPECS))
+    parser.add_argument("--method", default="dflash", help=f"comma list of {sorted(SPECS)}")
     parser.add_argument("--concurrency", default="8", help="comma list")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
@@ -94,12 +101,15 @@ def main() -> None:
                         help="EngineConfig.context_bucket (0: exact reads, 256 with compile)")
     args = parser.parse_args()
     pair = ensure_pair()
-    spec = SPECS[args.method]
+    unknown = sorted(set(args.method.split(",")) - set(SPECS))
+    if unknown:
+        parser.error(f"unknown method(s) {unknown}; choose from {sorted(SPECS)}")
+    specs = {m: SPECS[m] for m in args.method.split(",")}
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     prompts = [p[:64] for p in held_out_prompts(pair)][:args.requests]
     runs = {}
     with torch.inference_mode():
-        batches = open_batches(pair, spec, args, concurrencies)
+        batches = open_batches(pair, specs, args, concurrencies)
         for batch in batches.values():
             serve_queue(batch, prompts[:batch.cache.rows], 8)  # first calls, prefill
         # In turns, so a slow minute of a shared machine falls on every configuration.
@@ -109,10 +119,10 @@ def main() -> None:
     print("| method | dtype | compile | conc. | tok/s median (spread) | admissions share "
           "| rounds |")
     print("|---|---|---|---|---|---|---|")
-    for (dtype, mode, c), results in runs.items():
+    for (method, dtype, mode, c), results in runs.items():
         rates = [r["tokens"] / (r["admit_s"] + r["round_s"]) for r in results]
         share = statistics.median(r["admit_s"] / (r["admit_s"] + r["round_s"]) for r in results)
-        print(f"| {args.method} | {dtype} | {mode} | {c} | {statistics.median(rates):.0f} "
+        print(f"| {method} | {dtype} | {mode} | {c} | {statistics.median(rates):.0f} "
               f"({(max(rates) - min(rates)) / statistics.median(rates):.0%}) | {share:.0%} "
               f"| {results[-1]['rounds']} |")
     print(f"\n{os.uname().nodename}, {torch.get_num_threads()} torch threads, load "

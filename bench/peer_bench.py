@@ -9,7 +9,7 @@ of the median), run-local acceptance, and ours / vLLM as the median of the per-r
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
-        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8]
+        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8,ddtree16r64]
         [--our-dtype float32[,bfloat16]]
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
 
@@ -46,15 +46,17 @@ SHORT = {"plain": "plain", "dflash": "dflash b8"}
 
 def method(key: str) -> tuple[str, dict]:
     """`--methods` entry -> (its row name, its LaunchParams fields): plain, dflash, ddtree
-    (budget 32) or ddtreeN (budget N), DDTree at block 8 with top-k 4."""
+    (budget 32), ddtreeN (budget N) or ddtreeNrM (budget N, at most M verify tokens a round:
+    speculative_ddtree_round_tokens), DDTree at block 8 with top-k 4."""
     if key in SHORT:
         return SHORT[key], METHODS[SHORT[key]]
-    budget = key.removeprefix("ddtree") or "32"
-    if not key.startswith("ddtree") or not budget.isdigit():
-        raise SystemExit(f"unknown method {key!r}: plain, dflash, ddtree or ddtreeN")
-    return f"ddtree b8 budget {budget}", {
+    budget, _, cap = (key.removeprefix("ddtree") or "32").partition("r")
+    if not key.startswith("ddtree") or not budget.isdigit() or not (cap or "0").isdigit():
+        raise SystemExit(f"unknown method {key!r}: plain, dflash, ddtree, ddtreeN or ddtreeNrM")
+    return f"ddtree b8 budget {budget}" + (f" r{cap}" if cap else ""), {
         "speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
-        "speculative_ddtree_budget": int(budget), "speculative_ddtree_topk": 4}
+        "speculative_ddtree_budget": int(budget), "speculative_ddtree_topk": 4,
+        "speculative_ddtree_round_tokens": int(cap or 0)}
 
 
 # vLLM's CPU thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" binds its compute threads to
@@ -199,8 +201,9 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--requests", type=int, default=32, help="per level and repeat")
     parser.add_argument("--methods", default="plain,dflash,ddtree",
-                        help="plain, dflash (block 8), ddtree (block 8, budget 32) or ddtreeN "
-                             "(budget N), comma-separated")
+                        help="plain, dflash (block 8), ddtree (block 8, budget 32), ddtreeN "
+                             "(budget N) or ddtreeNrM (a round cap of M verify tokens), "
+                             "comma-separated")
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",

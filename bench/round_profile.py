@@ -28,6 +28,7 @@ from dflash_core.training.pair import ensure_pair
 SPECS = {
     "plain": Spec.none(),
     "dflash b8": Spec.of("dflash", 8),
+    "ddtree b8 budget 16": Spec.of("ddtree", 8, budget=16, topk=4),
     "ddtree b8 budget 32": Spec.of("ddtree", 8, budget=32, topk=4),
 }
 WARMUP = 3
@@ -61,7 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--methods", default=",".join(SPECS))
+    parser.add_argument("--methods", default="plain,dflash b8,ddtree b8 budget 32",
+                        help=f"comma list of {list(SPECS)}")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--compile", default="none", help="EngineConfig.compile")
     parser.add_argument("--threads", type=int, default=1,

@@ -1,6 +1,7 @@
-"""One knob, one name, every layer once: the DDTree budget and width (top-k) walked from a
-shipped search space to the engine's Spec, through both ways a configuration reaches our engine
-(in process, and rendered as a `dflash-tune serve` command that the real serve command parses)."""
+"""One knob, one name, every layer once: the DDTree budget, width (top-k) and round cap walked
+from a shipped search space to the engine's Spec, through both ways a configuration reaches our
+engine (in process, and rendered as a `dflash-tune serve` command that the real serve command
+parses)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from search_spaces import load_space
 from tuner.params import parse
 
 KNOBS = ("speculative_algorithm", "speculative_dflash_block_size", "speculative_ddtree_budget",
-         "speculative_ddtree_topk")
+         "speculative_ddtree_topk", "speculative_ddtree_round_tokens")
 TRAINED_BLOCK = 8
 
 
@@ -41,13 +42,15 @@ def _served_spec(launch):
     return to_spec(options, TRAINED_BLOCK)
 
 
-def test_budget_and_width_reach_the_engine_under_one_name(ddtree_samples):
+def test_budget_width_and_round_cap_reach_the_engine_under_one_name(ddtree_samples):
     assert len(ddtree_samples) >= 10
+    assert len({p["speculative_ddtree_round_tokens"] for p in ddtree_samples}) > 1
     for params in ddtree_samples:
         launch, why = parse(params)  # the one parse, where a sample enters the tuner
         assert launch is not None, why
         assert {k: getattr(launch, k) for k in KNOBS} == {k: params[k] for k in KNOBS}
         for spec in (to_spec(launch, TRAINED_BLOCK), _served_spec(launch)):
-            assert (spec.method, spec.block_size, spec.budget, spec.topk) == (
+            assert (spec.method, spec.block_size, spec.budget, spec.topk, spec.round_tokens) == (
                 "ddtree", params["speculative_dflash_block_size"],
-                params["speculative_ddtree_budget"], params["speculative_ddtree_topk"])
+                params["speculative_ddtree_budget"], params["speculative_ddtree_topk"],
+                params["speculative_ddtree_round_tokens"])

@@ -22,6 +22,7 @@ from backends.dflash_server.cli import Compile
 from backends.dflash_server.cli import Drafter
 from backends.dflash_server.cli import EpSize
 from backends.dflash_server.cli import MaxDepth
+from backends.dflash_server.cli import RoundTokens
 from backends.dflash_server.cli import Spine
 from backends.dflash_server.cli import TopK
 from backends.dflash_server.cli import TpSize
@@ -39,7 +40,8 @@ def generate(
             help="Prompt token ids, e.g. '1,2,3' (repeatable).")] = None,
         speculative_algorithm: Algorithm = None, speculative_dflash_block_size: BlockSize = None,
         speculative_ddtree_budget: Budget = 32, speculative_ddtree_topk: TopK = 0,
-        speculative_ddtree_max_depth: MaxDepth = 0, spine: Spine = False,
+        speculative_ddtree_max_depth: MaxDepth = 0,
+        speculative_ddtree_round_tokens: RoundTokens = 0, spine: Spine = False,
         max_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
         temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
         top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,
@@ -59,7 +61,8 @@ def generate(
         "dflash" if drafter else "none")
     req = GenerateRequest(target, drafter, prompt or [], prompt_ids or [], chosen,
                           speculative_dflash_block_size, speculative_ddtree_budget,
-                          speculative_ddtree_topk, speculative_ddtree_max_depth, spine,
+                          speculative_ddtree_topk, speculative_ddtree_max_depth,
+                          speculative_ddtree_round_tokens, spine,
                           dict(temperature=temperature, top_k=top_k, top_p=top_p,
                                max_tokens=max_tokens, seed=seed), device, dtype, stages,
                           tp_size, ep_size, compile)

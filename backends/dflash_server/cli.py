@@ -35,6 +35,10 @@ TopK = Annotated[int, option("speculative_ddtree_topk",
                              "DDTree candidates per depth (0 = no cap).")]
 MaxDepth = Annotated[int, option("speculative_ddtree_max_depth",
                                  "DDTree max depth (0 = block - 1).")]
+RoundTokens = Annotated[int, option(
+    "speculative_ddtree_round_tokens",
+    "DDTree: verify tokens a round may spend over all its rows (0 = no cap); at higher load "
+    "each row's tree shrinks to round-tokens / rows - 1 nodes, never below block - 1.")]
 Spine = Annotated[bool, typer.Option(help="DDTree: greedy chain first.")]
 # The layout, declared once for `serve` and `generate`: SGLang's meaning and spellings.
 TpSize = Annotated[int, option("tp_size", "Ranks (processes) the target is split over: "
@@ -55,7 +59,7 @@ def serve(
         drafter: Drafter = None, speculative_algorithm: Algorithm = None,
         speculative_dflash_block_size: BlockSize = None, speculative_ddtree_budget: Budget = 32,
         speculative_ddtree_topk: TopK = 0, speculative_ddtree_max_depth: MaxDepth = 0,
-        spine: Spine = False,
+        speculative_ddtree_round_tokens: RoundTokens = 0, spine: Spine = False,
         max_running_requests: Annotated[int, option(
             "max_running_requests", "Rows of the engine's batch (continuous batching).")] = 8,
         max_context: Annotated[int, option(
@@ -92,7 +96,8 @@ def serve(
     graphs = [int(b) for b in cuda_graph_bs.replace(",", " ").split()]
     run_server(ServeOptions(
         target, drafter, chosen, speculative_dflash_block_size, speculative_ddtree_budget,
-        speculative_ddtree_topk, speculative_ddtree_max_depth, spine, max_running_requests,
+        speculative_ddtree_topk, speculative_ddtree_max_depth, speculative_ddtree_round_tokens,
+        spine, max_running_requests,
         max_context, graphs, host, port, device, dtype, served_model_name, seed,
         log_level.value, tp_size, ep_size, compile, engine_thread, threads))
 

@@ -19,6 +19,7 @@ class ServeOptions:
     speculative_ddtree_budget: int = 32
     speculative_ddtree_topk: int = 0  # 0: no cap (a depth never holds more than the budget)
     speculative_ddtree_max_depth: int = 0  # 0: block size - 1
+    speculative_ddtree_round_tokens: int = 0  # 0: the tree's budget at every load
     spine: bool = False
     max_running_requests: int = 8
     max_context: int = 2048

@@ -149,6 +149,11 @@ def _speculation(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     out.add("speculative_num_draft_tokens", params.speculative_dflash_block_size)
     if params.is_ddtree:
         _check_ddtree_depth(params, out.label)
+        if params.round_capped:
+            raise UnsupportedParams(
+                f"{out.label} DDTREE (PR #29907) runs one budget at every load; "
+                f"speculative_ddtree_round_tokens={params.speculative_ddtree_round_tokens} "
+                "cannot be expressed")
         out.add("speculative_ddtree_budget", params.speculative_ddtree_budget)
 
 

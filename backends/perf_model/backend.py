@@ -63,7 +63,8 @@ class PerfModelBackend(Backend):
         self.flags(lp)  # the engine must be able to express it
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
         plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
-        return Setup(self.node, self.model, self.drafter, lp, plan, self._acceptance(lp))
+        return Setup(self.node, self.model, self.drafter, lp, plan, self._acceptance(lp),
+                     self._acceptance)
 
     def _check(self, lp: LaunchParams) -> None:
         d = self.deployment

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from backends.contract import Measurement
 from backends.contract import Workload
@@ -29,6 +30,16 @@ class Setup:
     lp: LaunchParams
     plan: MemoryPlan
     acceptance: Acceptance | None  # None without speculation
+    # The acceptance of other speculation knobs: a round-capped tree's at each batch.
+    acceptance_of: Callable[[LaunchParams], Acceptance | None] | None = None
+
+    def at_batch(self, batch: int) -> Setup:
+        """The setup a step over `batch` running requests runs: a round-capped DDTree's
+        smaller tree and its acceptance (LaunchParams.at_batch); otherwise this one."""
+        lp = self.lp.at_batch(batch)
+        if lp is self.lp:
+            return self
+        return replace(self, lp=lp, acceptance=self.acceptance_of(lp))
 
 
 def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
@@ -70,6 +81,7 @@ def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
     dp = s.lp.dp_size
     running = min(concurrency, s.plan.max_requests * dp)
     batch = math.ceil(running / dp)
+    s = s.at_batch(batch)
     context = workload.input_len + workload.output_len / 2
     parts = step_breakdown(s, batch, context)
     step_ms = sum(parts.values())

@@ -65,6 +65,8 @@ class Round:
         self.stats = GenerationStats()
         width = target.config.hidden_size * len(taps)
         self.path_len = spec.tree_depth + 1  # A: the longest accepted path, root included
+        # The Spec a round over n rows runs (a smaller tree at higher load, Spec.at_rows).
+        self.specs = {n: spec.at_rows(n) for n in range(1, cache.rows + 1)}
         self.state = RoundState.allocate(cache.rows, self.path_len, width, cache.dtype,
                                          self.device)
         # A replayed graph runs no Python, so each shape's collectives are counted when it
@@ -108,7 +110,7 @@ class Round:
         with timed("draft", device, stage_timing):
             draft_logits = self._draft(n, read_len)  # [n, L, V] or None
         with timed("build", device, stage_timing):
-            tree = self.stages.tree(self.spec, state.anchors[:n], draft_logits)
+            tree = self.stages.tree(self.specs[n], state.anchors[:n], draft_logits)
         with timed("verify", device, stage_timing):
             post, features = self._verify(cache, starts, read_len, tree, mode)
         with timed("accept", device, stage_timing):

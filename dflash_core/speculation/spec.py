@@ -100,8 +100,12 @@ class Spec:
     For ddtree, `budget` counts nodes without the root, `topk` caps candidates per depth
     (0 = the budget, which loses nothing) and `max_depth` caps the tree depth
     (0 = block_size - 1). `spine` puts the greedy chain in first, so with budget and depth
-    >= block_size - 1 the tree never accepts less than DFlash with the same drafts. The names
-    are the tuning parameters' (speculative_ddtree_topk, ...) without their prefix.
+    >= block_size - 1 the tree never accepts less than DFlash with the same drafts.
+    `round_tokens` caps the verify tokens of a round over all its rows (rows x nodes, 0 = no
+    cap): a round over more rows runs a smaller tree (`at_rows`), never smaller than the chain
+    (block_size - 1 nodes), because verify cost follows rows x nodes while a tree's extra
+    acceptance does not (docs/BENCHMARKS.md, "DDTree under load"). The names are the tuning
+    parameters' (speculative_ddtree_topk, ...) without their prefix.
     """
 
     method: str = "none"
@@ -110,6 +114,7 @@ class Spec:
     topk: int = 0
     max_depth: int = 0
     spine: bool = False
+    round_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -120,6 +125,9 @@ class Spec:
             raise ValueError("ddtree needs budget >= 1 and topk >= 0")
         if not 0 <= self.max_depth <= max(self.block_size - 1, 0):
             raise ValueError(f"max_depth must be in 0..block_size-1, got {self.max_depth}")
+        if self.round_tokens < 0 or (self.round_tokens and self.method != "ddtree"):
+            raise ValueError(f"round_tokens must be >= 0, and only ddtree has one, got "
+                             f"{self.round_tokens} for {self.method}")
 
     @classmethod
     def none(cls) -> Spec:
@@ -131,12 +139,12 @@ class Spec:
 
     @classmethod
     def ddtree(cls, block_size: int, budget: int, topk: int = 0, max_depth: int = 0,
-               spine: bool = False) -> Spec:
-        return cls("ddtree", block_size, budget, topk, max_depth, spine)
+               spine: bool = False, round_tokens: int = 0) -> Spec:
+        return cls("ddtree", block_size, budget, topk, max_depth, spine, round_tokens)
 
     @classmethod
     def of(cls, method: str, block_size: int, budget: int = 0, topk: int = 0,
-           max_depth: int = 0, spine: bool = False) -> Spec:
+           max_depth: int = 0, spine: bool = False, round_tokens: int = 0) -> Spec:
         """From a method name (CLI options, launch parameters); fields the method does not use
         are dropped rather than carried along."""
         if method == "none":
@@ -144,7 +152,7 @@ class Spec:
         if method == "dflash":
             return cls.dflash(block_size)
         if method == "ddtree":
-            return cls.ddtree(block_size, budget, topk, max_depth, spine)
+            return cls.ddtree(block_size, budget, topk, max_depth, spine, round_tokens)
         raise ValueError(f"spec method must be one of {METHODS}, got {method!r}")
 
     @property
@@ -161,17 +169,37 @@ class Spec:
 
     @property
     def num_nodes(self) -> int:
-        """Tokens per request in one verify forward (root included)."""
+        """Tokens per request in one verify forward (root included): the most, at one row."""
         return self.budget + 1 if self.method == "ddtree" else self.draft_len + 1
+
+    def at_rows(self, rows: int) -> Spec:
+        """The Spec a round over `rows` rows runs: with a round_tokens cap, a DDTree budget of
+        round_tokens // rows - 1, within [block_size - 1, budget]; otherwise itself."""
+        if not self.round_tokens:
+            return self
+        budget = budget_at_rows(self.budget, self.block_size, self.round_tokens, rows)
+        return Spec.ddtree(self.block_size, budget, self.topk, self.max_depth, self.spine)
+
+
+def budget_at_rows(budget: int, block_size: int, round_tokens: int, rows: int) -> int:
+    """A DDTree budget under a cap of `round_tokens` verify tokens per round (0: no cap) over
+    `rows` rows: round_tokens // rows - 1 nodes a row, never fewer than the chain's
+    block_size - 1 (a tree verifies no less than DFlash would) nor more than `budget`. The one
+    formula the engine (Spec.at_rows) and the performance model share."""
+    if not round_tokens:
+        return budget
+    return min(budget, max(block_size - 1, round_tokens // max(rows, 1) - 1))
 
 
 def spec_for(method: str, trained_block: int | None, block_size: int | None = None,
-             budget: int = 0, topk: int = 0, max_depth: int = 0, spine: bool = False) -> Spec:
+             budget: int = 0, topk: int = 0, max_depth: int = 0, spine: bool = False,
+             round_tokens: int = 0) -> Spec:
     """A Spec for a drafter trained at `trained_block` (None: no drafter); the block size
     defaults to the trained one."""
     if method != "none" and trained_block is None:
         raise ValueError(f"method {method!r} needs a drafter")
-    return Spec.of(method, block_size or trained_block or 1, budget, topk, max_depth, spine)
+    return Spec.of(method, block_size or trained_block or 1, budget, topk, max_depth, spine,
+                   round_tokens)
 
 
 def checked_prompts(prompts: Sequence[Sequence[int]], vocab_size: int,

@@ -21,6 +21,18 @@ def test_ddtree_maps_budget_topk_and_depth_to_the_server_options():
         "--cuda-graph-bs", "1,2,4,8", "--host", "127.0.0.1", "--port", "8001"]
 
 
+def test_a_round_cap_renders_only_when_set():
+    params = LaunchParams(tp_size=1, speculative_algorithm="ddtree", speculative_ddtree_budget=16,
+                          speculative_ddtree_round_tokens=64)
+    argv = render_command("dflash", params, TARGET)
+    assert argv[argv.index("--round-tokens") + 1] == "64"
+    assert "--round-tokens" not in render_command(
+        "dflash", LaunchParams(tp_size=1, speculative_algorithm="ddtree"), TARGET)
+    assert "--round-tokens" not in render_command(  # a dflash chain has no tree to cap
+        "dflash", LaunchParams(tp_size=1, speculative_algorithm="dflash",
+                               speculative_ddtree_round_tokens=64), TARGET)
+
+
 def test_plain_eager_has_no_drafter_or_graph_options():
     params = LaunchParams(tp_size=1, cuda_graph=False, max_running_requests=4)
     assert render_command("dflash", params, LaunchTarget("t", port=9)) == [
@@ -64,12 +76,14 @@ def test_every_knob_parses_back_under_its_tuning_name(which):
     the LaunchParams field name."""
     params = LaunchParams(tp_size=4, ep_size=2, speculative_algorithm="ddtree",
                           speculative_ddtree_budget=20, speculative_ddtree_topk=3,
-                          speculative_ddtree_max_depth=5, max_running_requests=8)
+                          speculative_ddtree_max_depth=5, speculative_ddtree_round_tokens=64,
+                          max_running_requests=8)
     argv = render_command("dflash", params, TARGET)
     parsed = _serve_command(which).make_context("serve", argv[2:]).params
     for knob in ("speculative_dflash_block_size", "speculative_ddtree_budget",
                  "speculative_ddtree_topk", "speculative_ddtree_max_depth",
-                 "max_running_requests", "tp_size", "ep_size"):
+                 "speculative_ddtree_round_tokens", "max_running_requests", "tp_size",
+                 "ep_size"):
         assert parsed[knob] == getattr(params, knob), knob
     assert parsed["speculative_algorithm"].value == "ddtree"
     assert parsed["cuda_graph_bs"] == "1,2,4,8" and str(parsed["drafter"]) == "pair/drafter"

@@ -142,6 +142,13 @@ def test_ddtree_depth_below_draft_length_is_unsupported():
         render_command("sglang", params, TARGET)
 
 
+def test_a_ddtree_round_cap_is_unsupported():
+    params = LaunchParams(speculative_algorithm="ddtree", speculative_dflash_block_size=8,
+                          speculative_ddtree_round_tokens=64)
+    with pytest.raises(UnsupportedParams, match="speculative_ddtree_round_tokens=64"):
+        render_command("sglang", params, TARGET)
+
+
 def test_attention_dp_at_0_5_23_uses_attn_dp_size_and_dp_lm_head():
     params = LaunchParams(tp_size=8, enable_dp_attention=True, cuda_graph=False)
     argv = render_command("sglang", params, TARGET, "0.5.23")

@@ -21,6 +21,7 @@ DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_b
     ({"speculative_algorithm": "medusa"}, "speculative_algorithm must be one of"),
     ({**DDTREE, "speculative_ddtree_budget": 4}, "budget must be >= block size - 1"),
     ({"max_running_requests": 0}, "max_running_requests must be >= 1"),
+    ({**DDTREE, "speculative_ddtree_round_tokens": -1}, "_round_tokens must be >= 0"),
 ])
 def test_what_no_engine_can_launch_never_parses(params, message):
     with pytest.raises(InvalidParams, match=message):
@@ -41,6 +42,19 @@ def test_ddtree_knobs_reach_the_engine_spec_under_their_own_names():
     spec = to_spec(LaunchParams.from_params(DDTREE), trained_block=8)
     assert (spec.method, spec.block_size, spec.budget, spec.topk, spec.max_depth) == (
         "ddtree", 6, 12, 3, 4)
+
+
+def test_a_round_cap_reaches_the_spec_and_shrinks_the_tree_as_the_engine_does():
+    lp = LaunchParams.from_params({**DDTREE, "speculative_ddtree_round_tokens": 32})
+    spec = to_spec(lp, trained_block=8)
+    assert spec.round_tokens == 32 and "r32" in lp.label()
+    for batch in (1, 2, 4, 8):
+        step = lp.at_batch(batch)
+        assert step.speculative_ddtree_budget == spec.at_rows(batch).budget
+        assert step.verify_tokens == spec.at_rows(batch).num_nodes
+    assert lp.at_batch(4).speculative_ddtree_budget == 7 and lp.at_batch(8).verify_tokens == 6
+    uncapped = LaunchParams.from_params(DDTREE)
+    assert uncapped.at_batch(8) is uncapped and "r0" not in uncapped.label()
 
 
 def test_a_depth_cap_past_the_block_is_the_block():

@@ -6,6 +6,8 @@ RTX PRO 6000 Server (1597 GB/s, 500 TFLOP/s BF16, PCIe 64 GB/s), so the arithmet
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from backends.contract import Workload
@@ -13,7 +15,7 @@ from backends.launch_params import LaunchParams
 from backends.perf_model import PerfModelBackend
 from backends.perf_model.catalog import load_hardware, load_model
 from backends.perf_model.constants import Efficiency
-from backends.perf_model.predict import step_breakdown
+from backends.perf_model.predict import predict, step_breakdown
 from backends.perf_model.routing import busiest_rank_experts, expected_distinct_experts
 from backends.perf_model.step import Node, draft_forward, graphed, target_forward
 
@@ -256,3 +258,26 @@ def test_a_cpu_host_pays_its_dispatch_time_on_top_of_the_kernels_it_runs():
     assert sum(parts.values()) == pytest.approx(fwd.device + fwd.host)
     gpu = Node(load_hardware("rtx-pro-6000-server"), Efficiency())
     assert not setup.node.hw.host_overlaps_device and gpu.hw.host_overlaps_device
+
+
+# --- a round-capped DDTree -------------------------------------------------------------------
+
+
+def test_a_round_capped_tree_is_predicted_as_the_tree_each_batch_runs(pcie8_reference):
+    """The model runs what the engine runs (Spec.at_rows): the whole budget at one request, a
+    smaller tree, verify and acceptance both, at more. (Our serve has the cap; SGLang not.)"""
+    deployment = dataclasses.replace(pcie8_reference.deployment, engine="dflash")
+    model_backend = PerfModelBackend(deployment, Efficiency())
+    tree = dict(speculative_algorithm="ddtree", speculative_dflash_block_size=8,
+                speculative_ddtree_topk=4)
+    capped = _setup(model_backend, **tree, speculative_ddtree_budget=32,
+                    speculative_ddtree_round_tokens=128)
+    workload = Workload(1024, 512, (1,))
+    for concurrency, budget in ((1, 32), (4, 31), (16, 7), (64, 7)):
+        fixed = _setup(model_backend, **tree, speculative_ddtree_budget=budget)
+        got, want = predict(capped, workload, concurrency), predict(fixed, workload, concurrency)
+        assert got.output_tok_s == pytest.approx(want.output_tok_s), concurrency
+        assert got.accept_len_mean == pytest.approx(want.accept_len_mean), concurrency
+    uncapped = _setup(model_backend, **tree, speculative_ddtree_budget=32)
+    assert predict(capped, workload, 16).accept_len_mean < \
+        predict(uncapped, workload, 16).accept_len_mean

@@ -23,6 +23,7 @@ SPECS = [
     pytest.param(Spec.ddtree(BLOCK, 4, spine=True), id="ddtree-b4-spine"),
     pytest.param(Spec.ddtree(BLOCK, 24, topk=3, spine=True), id="ddtree-b24-k3-spine"),
     pytest.param(Spec.ddtree(BLOCK, 40, max_depth=3), id="ddtree-b40-d3"),
+    pytest.param(Spec.ddtree(BLOCK, 24, round_tokens=12), id="ddtree-b24-r12"),
 ]
 GREEDY = SamplingParams(max_tokens=24)
 
