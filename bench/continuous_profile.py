@@ -5,13 +5,14 @@ pair's held-out prompts (64 in / `--tokens` out, greedy), as `dflash-tune serve`
 does: finished rows are released and refilled (one admission, one prefill, per new request)
 between rounds. Reported: output tok/s (median of repeats, spread = range / median), the share
 of wall time in admissions (prefill), and the rounds of one run. Every (dtype, compile)
-configuration gets an engine; with compile on every shape is compiled first
-(`LiveBatch.capture`), as the server does before it listens; the configurations and
-concurrencies then run in turns, so a slow minute of the machine falls on all of them.
+configuration gets an engine, shared by the methods (a comma list); with compile on every
+shape is compiled first (`LiveBatch.capture`), as the server does before it listens; the
+methods, configurations and concurrencies then run in turns, so a slow minute of the machine
+falls on all of them.
 
-    OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash,ddtree16] [--concurrency 1,8] \
-        [--requests 32] [--tokens 64] [--dtype float32,bfloat16] [--compile none,inductor] \
-        [--context-bucket 64] [--repeats 3]
+    OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash,ddtree16] \
+        [--concurrency 1,8] [--requests 32] [--tokens 64] [--dtype float32,bfloat16] \
+        [--compile none,inductor] [--context-bucket 64] [--repeats 3]
 """
 
 from __future__ import annotations
