@@ -31,7 +31,7 @@ class Setup:
     plan: MemoryPlan
     acceptance: Acceptance | None  # None without speculation
     # The acceptance of other speculation knobs: a round-capped tree's at each batch.
-    acceptance_of: Callable[[LaunchParams], Acceptance | None] | None = None
+    acceptance_of: Callable[[LaunchParams], Acceptance | None]
 
     def at_batch(self, batch: int) -> Setup:
         """The setup a step over `batch` running requests runs: a round-capped DDTree's

@@ -6,12 +6,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dflash_core import (
+    AcceptanceProfile,
     DFlashProposer,
     Drafter,
     DrafterConfig,
     Engine,
     EngineConfig,
     ModelConfig,
+    OracleProposer,
+    SamplingParams,
     Target,
 )
 
@@ -50,9 +53,11 @@ def make_drafter(seed: int = 1, block_size: int = BLOCK) -> Drafter:
     return Drafter(drafter_config(block_size)).eval()
 
 
-def make_engine(target: Target, proposer=None, batch: int = 4, nodes: int = 64) -> Engine:
+def make_engine(target: Target, proposer=None, batch: int = 4, nodes: int = 64,
+                **config) -> Engine:
+    """`config`: other EngineConfig fields (batch_buckets, ...)."""
     return Engine(target, proposer, EngineConfig(max_batch=batch, max_context=160,
-                                                 max_tree_nodes=nodes))
+                                                 max_tree_nodes=nodes, **config))
 
 
 def dflash_engine(moe: bool = False, batch: int = 4) -> Engine:
@@ -61,6 +66,17 @@ def dflash_engine(moe: bool = False, batch: int = 4) -> Engine:
 
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], [3]]
+
+
+def oracle_engine(profile: AcceptanceProfile, seed: int = 0,
+                  **config) -> tuple[Engine, list[list[int]]]:
+    """An engine whose oracle drafts the target's own greedy continuation of PROMPTS, accepted
+    as `profile` says (deep, unlike a random drafter), and those continuations (60 tokens)."""
+    target = make_target()
+    references = make_engine(target).generate(PROMPTS, SamplingParams(max_tokens=60)).tokens
+    full = [p + r for p, r in zip(PROMPTS, references)]
+    oracle = OracleProposer(full, VOCAB, BLOCK, profile, seed=seed)
+    return make_engine(target, oracle, **config), references
 
 
 # --- host-sync detection ----------------------------------------------------------------------

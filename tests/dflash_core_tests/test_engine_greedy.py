@@ -11,9 +11,10 @@ from core_helpers import (
     make_drafter,
     make_engine,
     make_target,
+    oracle_engine,
 )
 
-from dflash_core import AcceptanceProfile, DFlashProposer, OracleProposer, SamplingParams, Spec
+from dflash_core import AcceptanceProfile, DFlashProposer, SamplingParams, Spec
 
 SPECS = [
     pytest.param(Spec.dflash(BLOCK), id="dflash-6"),
@@ -56,17 +57,9 @@ def test_plain_decoding_takes_one_round_per_token(engine, plain):
     assert set(plain.stats.acceptance) == {1}
 
 
-def _oracle_engine(profile, seed=0):
-    target = make_target()
-    references = make_engine(target).generate(PROMPTS, SamplingParams(max_tokens=60)).tokens
-    full = [p + r for p, r in zip(PROMPTS, references)]
-    oracle = OracleProposer(full, VOCAB, BLOCK, profile, seed=seed)
-    return make_engine(target, oracle), references
-
-
 @pytest.mark.parametrize("spec", SPECS)
 def test_steered_drafts_accept_deep_and_stay_lossless(spec):
-    engine, references = _oracle_engine(AcceptanceProfile.constant(BLOCK - 1, 0.75, 0.2))
+    engine, references = oracle_engine(AcceptanceProfile.constant(BLOCK - 1, 0.75, 0.2))
     result = engine.generate(PROMPTS, GREEDY, spec)
     assert result.tokens == [r[: GREEDY.max_tokens] for r in references]
     assert max(result.stats.acceptance) > 1  # multi-token rounds really happened

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from core_helpers import BLOCK, PROMPTS, VOCAB, make_engine, make_target
+from core_helpers import BLOCK, PROMPTS, make_engine, make_target, oracle_engine
 
-from dflash_core import AcceptanceProfile, Engine, EngineConfig, OracleProposer, SamplingParams
-from dflash_core import Spec
+from dflash_core import AcceptanceProfile, Engine, SamplingParams, Spec
 from dflash_core.speculation.spec import budget_at_rows
 
 GREEDY = SamplingParams(max_tokens=24)
@@ -15,7 +14,7 @@ GREEDY = SamplingParams(max_tokens=24)
 def test_the_budget_shrinks_with_rows_down_to_the_chain_and_never_grows():
     capped = Spec.ddtree(8, 32, topk=4, round_tokens=64)
     assert [capped.at_rows(n).budget for n in (1, 2, 3, 4, 8, 16)] == [32, 31, 20, 15, 7, 7]
-    assert capped.at_rows(4) == Spec.ddtree(8, 15, topk=4)  # the cap is spent: plain Spec
+    assert capped.at_rows(4) == Spec.ddtree(8, 15, topk=4)  # the result carries no cap
     assert capped.num_nodes == 33  # the most, which sizes the engine
     assert Spec.ddtree(8, 3, round_tokens=8).at_rows(4).budget == 3  # below the chain: kept
     uncapped = Spec.ddtree(8, 32)
@@ -32,15 +31,10 @@ def test_a_round_cap_is_refused_where_it_means_nothing():
 
 
 def _oracle_engine(rows_bucket: int) -> Engine:
-    """The oracle drafts the target's own continuation (accepts deep), every round over
-    `rows_bucket` rows whatever the live requests."""
-    target = make_target()
-    references = make_engine(target).generate(PROMPTS, SamplingParams(max_tokens=60)).tokens
-    full = [p + r for p, r in zip(PROMPTS, references)]
-    oracle = OracleProposer(full, VOCAB, BLOCK, AcceptanceProfile.constant(BLOCK - 1, 0.75, 0.2))
-    config = EngineConfig(max_batch=4, max_context=160, max_tree_nodes=64,
-                          batch_buckets=(rows_bucket,))
-    return Engine(target, oracle, config)
+    """Oracle drafts (deep acceptance), every round over `rows_bucket` rows whatever the live
+    requests."""
+    profile = AcceptanceProfile.constant(BLOCK - 1, 0.75, 0.2)
+    return oracle_engine(profile, batch_buckets=(rows_bucket,))[0]
 
 
 def test_a_capped_round_runs_the_tree_of_its_rows_and_stays_lossless():
