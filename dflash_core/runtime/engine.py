@@ -33,7 +33,8 @@ class EngineConfig:
     max_context: int = 4096  # prompt + generated tokens per request
     max_tree_nodes: int = 64  # largest verify per request (root included); sizes the cache
     # Fixed round shapes (see shapes.py): rows rounded up to these batch sizes (the
-    # `cuda_graph_bs` tuning parameter) and prefix reads to a multiple of context_bucket.
+    # `cuda_graph_bs` tuning parameter) and prefix reads to a power of two below
+    # context_bucket, to a multiple of it above (shapes.RoundShapes.read_len).
     batch_buckets: tuple[int, ...] = ()
     context_bucket: int = 0
     # Per-stage times (GenerationStats.stage_s) need a sync at every stage boundary on a GPU,

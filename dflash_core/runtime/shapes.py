@@ -3,9 +3,15 @@
 A round's shapes are the rows it runs over, the prefix length every attention reads and the tree
 size. The tree size is fixed by the Spec; the other two follow the load (live rows) and the
 longest context. Rounding them up to a few buckets bounds the set of shapes, so one graph per
-(batch bucket, context bucket) can cover every round. Padding is harmless by construction: rows
+(batch bucket, read bucket) can cover every round. Padding is harmless by construction: rows
 without a live request compute into their own cache rows and are never emitted, and prefix
 slots past a row's length are masked by its key-length bias.
+
+Read buckets are powers of two (from MIN_READ_BUCKET) below `context_bucket` and its multiples
+from there: a masked slot costs as much as a read one, so a short context in a 256-slot bucket
+paid for 256 (a DFlash round at 8 rows, 64-128 tokens of context on the tiny pair: ~17% of
+the round at a 256-slot read against 64; docs/BENCHMARKS.md, issue 18 eighth pass), while
+long contexts keep the linear steps that bound the waste to one bucket.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from dataclasses import dataclass
 
 
 MIN_PROMPT_BUCKET = 16
+MIN_READ_BUCKET = 64  # below it a read costs little next to the round's GEMMs
 
 
 @dataclass(slots=True, frozen=True)
 class RoundShapes:
     batch_buckets: tuple[int, ...] = ()  # round rows: the smallest bucket >= the rows needed
-    context_bucket: int = 0  # prefix reads rounded up to a multiple of this (0: exact)
+    # Prefix reads rounded up to a power of two below this, to a multiple of it above (0: exact)
+    context_bucket: int = 0
     # Prefill one request per forward, its prompt padded to a power of two (>= 16): the
     # compiled prefill's shapes, one per bucket up to max_context (a few, all made ahead).
     # Off: one forward for all prompts admitted together, padded to the longest.
@@ -35,11 +43,17 @@ class RoundShapes:
         return min(fitting) if fitting else (available if self.batch_buckets else needed)
 
     def read_len(self, longest: int, capacity: int) -> int:
-        """Prefix slots to read for a longest committed context of ``longest``."""
+        """Prefix slots to read for a longest committed context of ``longest``: a power of two
+        (>= MIN_READ_BUCKET, or the bucket if smaller) while that is below the context bucket,
+        else its next multiple; never past the cache."""
         if not self.context_bucket or longest == 0:
             return longest
         bucket = self.context_bucket
-        return min(-(-longest // bucket) * bucket, capacity)
+        power = min(MIN_READ_BUCKET, bucket)
+        while power < longest:
+            power *= 2
+        read = power if power < bucket else -(-longest // bucket) * bucket
+        return min(read, capacity)
 
     def all_rows(self, available: int) -> list[int]:
         """Every row count a round can run over, largest first (the order to capture in)."""
@@ -50,9 +64,7 @@ class RoundShapes:
         context bucket (exact reads take every length)."""
         if not self.context_bucket:
             raise ValueError("every read length is possible without a context_bucket")
-        lens = range(1, max_context, self.context_bucket)
-        return sorted({self.read_len(n, capacity) for n in [*lens, max_context - 1]},
-                      reverse=True)
+        return sorted({self.read_len(n, capacity) for n in range(1, max_context)}, reverse=True)
 
     def prompt_len(self, longest: int, capacity: int) -> int:
         """Prefill positions for a prompt of ``longest`` tokens (prompt_buckets on)."""

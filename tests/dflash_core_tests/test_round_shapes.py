@@ -34,6 +34,16 @@ def test_prefix_reads_round_up_to_the_context_bucket_within_the_cache():
         RoundShapes((0,))
 
 
+def test_prefix_reads_below_the_context_bucket_round_up_to_a_power_of_two():
+    """A masked slot costs what a read one does: a short context does not read a whole
+    256-slot bucket. From the bucket on, reads step by it (bounded waste at long contexts)."""
+    shapes = RoundShapes(context_bucket=256)
+    lens = [shapes.read_len(n, 1100) for n in (1, 64, 65, 128, 129, 256, 257, 700, 1099)]
+    assert lens == [64, 64, 128, 128, 256, 256, 512, 768, 1100]
+    assert shapes.all_read_lens(1024, 1100) == [1024, 768, 512, 256, 128, 64]
+    assert RoundShapes(context_bucket=100).all_read_lens(300, 400) == [300, 200, 100, 64]
+
+
 def test_prompts_pad_to_a_power_of_two_within_the_cache_one_bucket_per_length():
     shapes = RoundShapes(prompt_buckets=True)
     assert [shapes.prompt_len(n, 200) for n in (1, 16, 17, 64, 65, 150)] == \
@@ -89,8 +99,8 @@ def test_a_live_batch_in_buckets_matches_solo_runs_as_requests_come_and_go():
     spec = Spec.ddtree(8, 16)
     alone = [solo.generate([p], greedy, spec).tokens[0] for p in prompts]
     engine = Engine(target, DFlashProposer(drafter, target),
-                    EngineConfig(**config, batch_buckets=(2, 4), context_bucket=16,
-                                 fused_attention=True))
+                    EngineConfig(**config, batch_buckets=(2, 4), context_bucket=128,
+                                 fused_attention=True))  # reads of 64, then 128
     batch, outputs, rows = engine.open_batch(spec), {i: [] for i in range(4)}, {}
     waiting = [0, 1, 2, 3]
     while waiting or batch.live_rows():
