@@ -4,8 +4,11 @@ Both servers serve the shipped tiny pair over HTTP to the same load generator, o
 held-out prompts (64 in / 64 out, greedy, `ignore_eos`): plain decoding and DFlash block 8 on
 both, and our DDTree. Per method both servers are up at once and measured in turns: level 1 of
 ours, level 1 of vLLM, level 4 of ours, ..., then again `--repeats` times, so drift on a shared
-machine hits both alike. Reported: median output tok/s, the spread (min-max over repeats, in %
-of the median), run-local acceptance, and ours / vLLM as the median of the per-repeat ratios.
+machine hits both alike. vLLM has no DDTree: a DDTree phase runs vLLM's DFlash b8 and our own
+DFlash b8 beside our DDTree, so both DDTree targets (against vLLM's DFlash, against ours) are
+per-repeat ratios too. Reported: median output tok/s, the spread (min-max over repeats, in %
+of the median), run-local acceptance, and ours / vLLM (and DDTree / our DFlash) as the median
+of the per-repeat ratios.
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
@@ -95,22 +98,23 @@ def _with_env(target: LaunchTarget, **extra: str) -> LaunchTarget:
     return replace(target, env=(*target.env, *extra.items()))
 
 
-def measure(deps: dict[str, Deployment], servers: tuple[str, ...], params: dict,
+def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
             levels: tuple[int, ...], repeats: int, requests: int, client_cores: str | None
             ) -> dict[str, dict[int, list[tuple[float, float | None]]]]:
     """{server: {concurrency: [(output tok/s, accept length), ...]}}, every server up at once
     and measured in turns (each level of one right after the same level of the others), so a
     slow spell of a shared machine hits all alike and each repeat gives a ratio of its own.
-    A server is "vllm" or "serve <dtype>" (the backend is the first word)."""
-    launch = LaunchParams(**COMMON, **params)
+    `servers`: name -> (its deployment, "vllm" or "serve <dtype>", whose first word is the
+    backend; its LaunchParams fields)."""
     workload = Workload(input_len=64, output_len=64, concurrency=levels)
     out = {e: {c: [] for c in levels} for e in servers}
     with contextlib.ExitStack() as stack:
         sessions = {}
-        for server in servers:
-            runner = get_backend(server.split()[0], deps[server], requests_per_level=requests,
+        for server, (dep, params) in servers.items():
+            runner = get_backend(dep.split()[0], deps[dep], requests_per_level=requests,
                                  warmup_requests=4)
             began = time.perf_counter()
+            launch = LaunchParams(**COMMON, **params)
             sessions[server] = stack.enter_context(runner.session(launch, workload))
             print(f"  {server}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
         stack.enter_context(pinned(client_cores))
@@ -146,38 +150,68 @@ def run(args) -> list[dict]:
         name, params = method(key)
         print(f"{name}:", file=sys.stderr)
         ours = tuple(d for d in deps if d != "vllm")
-        servers = ours if key.startswith("ddtree") else (*ours, "vllm")  # no DDTree there
-        results = measure(deps, servers, params, levels, args.repeats, args.requests,
-                          args.client_cores)
+        results = measure(deps, servers(key, params, ours), levels, args.repeats,
+                          args.requests, args.client_cores)
         for c in levels:
             for server in ours:
                 row = {"method": name, "concurrency": c, "dtype": server.split()[1],
-                       "serve": summarise(results[server][c])}
-                if "vllm" in servers:
-                    row["vllm"] = summarise(results["vllm"][c])
-                    ratios = [a / b for (a, _), (b, _) in
-                              zip(results[server][c], results["vllm"][c])]
-                    row["ours_over_vllm"] = round(statistics.median(ratios), 3)
-                    row["ratio_runs"] = [round(r, 3) for r in ratios]
+                       "serve": summarise(results[server][c]),
+                       "vllm": summarise(results["vllm"][c])}
+                row.update(paired(results[server][c], results["vllm"][c], "ours_over_vllm"))
+                counterpart = results.get(f"{server} dflash")
+                if counterpart:
+                    row["our_dflash"] = summarise(counterpart[c])
+                    row.update(paired(results[server][c], counterpart[c], "over_our_dflash"))
                 rows.append(row)
     return rows
 
 
+def servers(key: str, params: dict, ours: tuple[str, ...]) -> dict[str, tuple[str, dict]]:
+    """The servers of one method's phase: ours and vLLM with its fields. vLLM has no DDTree,
+    so a DDTree phase pairs it with its DFlash b8 (the target compares them), and each of our
+    DDTree servers with our DFlash b8 server of the same dtype ("<server> dflash"), all up
+    at once, so every DDTree ratio is one of repeats run side by side."""
+    if not key.startswith("ddtree"):
+        return {server: (server, params) for server in (*ours, "vllm")}
+    dflash = METHODS["dflash b8"]
+    return ({server: (server, params) for server in ours}
+            | {f"{server} dflash": (server, dflash) for server in ours}
+            | {"vllm": ("vllm", dflash)})
+
+
+def paired(ours: list[tuple[float, float | None]], theirs: list[tuple[float, float | None]],
+           name: str) -> dict:
+    """The median of per-repeat ratios of two servers measured in turns, and the ratios."""
+    ratios = [a / b for (a, _), (b, _) in zip(ours, theirs)]
+    return {name: round(statistics.median(ratios), 3),
+            f"{name}_runs": [round(r, 3) for r in ratios]}
+
+
 def table(rows: list[dict]) -> str:
+    """vLLM's column is vLLM serving the row's method, or DFlash b8 on a DDTree row."""
     head = ("| method | conc. | serve dtype | serve tok/s (spread) | vLLM tok/s (spread) "
-            "| serve / vLLM (per-repeat range) | accept serve / vLLM |\n"
-            "|---|---|---|---|---|---|---|")
+            "| serve / vLLM (per-repeat range) | accept serve / vLLM "
+            "| our DFlash tok/s | serve / our DFlash (per-repeat range) |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
-        ours, theirs = r["serve"], r.get("vllm")
+        ours, theirs, dflash = r["serve"], r["vllm"], r.get("our_dflash")
         lines.append(
             f"| {r['method']} | {r['concurrency']} | {r['dtype']} "
-            f"| {ours['tok_s']:.0f} ({ours['spread_pct']:.0f}%) | "
-            + (f"{theirs['tok_s']:.0f} ({theirs['spread_pct']:.0f}%) | {r['ours_over_vllm']:.2f} "
-               f"({min(r['ratio_runs']):.2f}-{max(r['ratio_runs']):.2f}) | "
-               if theirs else "- | - | ")
-            + f"{ours['accept'] or '-'} / {(theirs or {}).get('accept') or '-'} |")
+            f"| {_rate(ours)} | {_rate(theirs)} | {_ratio(r, 'ours_over_vllm')} "
+            f"| {ours['accept'] or '-'} / {theirs['accept'] or '-'} "
+            f"| {_rate(dflash) if dflash else '-'} "
+            f"| {_ratio(r, 'over_our_dflash') if dflash else '-'} |")
     return "\n".join(lines)
+
+
+def _rate(summary: dict) -> str:
+    return f"{summary['tok_s']:.0f} ({summary['spread_pct']:.0f}%)"
+
+
+def _ratio(row: dict, name: str) -> str:
+    runs = row[f"{name}_runs"]
+    return f"{row[name]:.2f} ({min(runs):.2f}-{max(runs):.2f})"
 
 
 @contextlib.contextmanager
