@@ -170,7 +170,7 @@ def servers(key: str, params: dict, ours: tuple[str, ...]) -> dict[str, tuple[st
     """The servers of one method's phase: ours and vLLM with its fields. vLLM has no DDTree,
     so a DDTree phase pairs it with its DFlash b8 (the target compares them), and each of our
     DDTree servers with our DFlash b8 server of the same dtype ("<server> dflash"), all up
-    at once, so every DDTree ratio is one of repeats run side by side."""
+    at once, so every DDTree ratio is a median of per-repeat ratios of servers run in turns."""
     if not key.startswith("ddtree"):
         return {server: (server, params) for server in (*ours, "vllm")}
     dflash = METHODS["dflash b8"]
