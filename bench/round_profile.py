@@ -1,13 +1,17 @@
 """Per-stage profile of one decode round on the tiny pair: wall ms, ATen ops and host ms.
 
 For plain decoding, DFlash block 8 and DDTree (block 8, budget 32, top-k 4) at batch 1 and 8,
-on the pair's held-out prompts (greedy): the engine is built as `dflash-tune serve` builds it,
-rows are admitted, a few rounds warm it up, then `dflash_core.runtime.profile.profile_rounds`
-times `--rounds` rounds per stage and counts the ATen ops of as many more. Op counts are
-deterministic; milliseconds move with the machine's load (report `uptime` beside them).
+on the pair's held-out prompts (greedy): each method gets an engine of its own, built as
+`dflash-tune serve` builds it (so no method runs another's compiled graphs), rows are
+admitted, a few rounds warm it up, then `dflash_core.runtime.profile.profile_rounds` times
+`--rounds` rounds per stage and counts the ATen ops of as many more. With `--repeats R` the
+methods take turns R times (method A at every batch, B at every batch, A again, ...) and the
+table gives each stage's median over the repeats, plus each method's round time over the first
+method's at the same batch (the median of the per-repeat ratios): on a machine whose speed
+drifts, only ratios measured in turns mean anything. Op counts are deterministic.
 
-    python bench/round_profile.py [--rounds 10] [--batches 1,8] [--threads 1] [--compile inductor]
-        [--json OUT]
+    python bench/round_profile.py [--rounds 10] [--batches 1,8] [--repeats 1] [--threads 1]
+        [--compile inductor] [--json OUT]
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 from dflash_core import SamplingParams, Spec, build_engine, load_models
-from dflash_core.runtime.profile import RoundProfile, profile_rounds
+from dflash_core.runtime.profile import RoundProfile, StageProfile, profile_rounds
 from dflash_core.training.pair import ensure_pair
 
 SPECS = {
@@ -51,13 +56,36 @@ def profile(engine, spec: Spec, batch_size: int, rounds: int, ids: list[list[int
     return profile_rounds(batch, rounds)
 
 
-def table(results: dict[tuple[str, int], RoundProfile]) -> str:
+def median_profile(runs: list[RoundProfile]) -> RoundProfile:
+    """Each stage's median wall and op time over repeated profiles (op counts do not vary)."""
+    median = RoundProfile(runs[0].rounds, top_ops=runs[0].top_ops)
+    for stage, first in runs[0].stages.items():
+        parts = [r.stages[stage] for r in runs if stage in r.stages]
+        median.stages[stage] = StageProfile(statistics.median(p.wall_ms for p in parts),
+                                            first.ops, statistics.median(p.op_ms for p in parts))
+    return median
+
+
+def table(results: dict[tuple[str, int], list[RoundProfile]]) -> str:
     lines = ["| method | batch | stage | wall ms | ATen ops | in-op ms | host ms |",
              "|---|---|---|---|---|---|---|"]
-    for (method, b), prof in results.items():
+    for (method, b), runs in results.items():
+        prof = median_profile(runs)
         for stage, s in [*prof.stages.items(), ("round total", prof.total)]:
             lines.append(f"| {method} | {b} | {stage} | {s.wall_ms:.2f} | {s.ops:.0f} | "
                          f"{s.op_ms:.2f} | {s.host_ms:.2f} |")
+    return "\n".join(lines)
+
+
+def ratios(results: dict[tuple[str, int], list[RoundProfile]], methods: list[str]) -> str:
+    """Round wall time over the first method's at the same batch: the median of the per-repeat
+    ratios, with their range."""
+    lines = [f"| method | batch | round ms / {methods[0]}'s (per-repeat range) |", "|---|---|---|"]
+    for (method, b), runs in results.items():
+        base = results[methods[0], b]
+        each = [r.total.wall_ms / f.total.wall_ms for r, f in zip(runs, base)]
+        lines.append(f"| {method} | {b} | {statistics.median(each):.2f} "
+                     f"({min(each):.2f}-{max(each):.2f}) |")
     return "\n".join(lines)
 
 
@@ -67,6 +95,8 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--methods", default="plain,dflash b8,ddtree b8 budget 32",
                         help=f"comma list of {list(SPECS)}")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="the methods take turns this many times; medians are reported")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--compile", default="none", help="EngineConfig.compile")
     parser.add_argument("--threads", type=int, default=1,
@@ -78,27 +108,38 @@ def main() -> None:
     pair = ensure_pair()
     target, drafter = load_models(pair / "target", pair / "drafter", args.dtype)
     batches = [int(x) for x in args.batches.split(",")]
-    # Compiled, the rows round up to the profiled batches, so capture compiles only those.
-    engine = build_engine(target, drafter, max_batch=8, max_context=256, max_tree_nodes=64,
-                          compile=args.compile,
-                          batch_buckets=tuple(batches) if args.compile != "none" else ())
-    ids = prompts(pair, 8)
-    results = {}
+    methods = args.methods.split(",")
+    # One engine per method: its own cache and compiled graphs. Compiled, the rows round up to
+    # the profiled batches, so capture compiles only those.
+    engines = {m: build_engine(target, drafter, max_batch=max(batches), max_context=256,
+                               max_tree_nodes=64, compile=args.compile,
+                               batch_buckets=tuple(batches) if args.compile != "none" else ())
+               for m in methods}
+    ids = prompts(pair, max(batches))
+    results: dict[tuple[str, int], list[RoundProfile]] = {(m, b): [] for m in methods
+                                                          for b in batches}
     with torch.inference_mode():
-        for method in args.methods.split(","):
-            for b in batches:
-                results[method, b] = profile(engine, SPECS[method], b, args.rounds, ids)
+        for _ in range(args.repeats):
+            for method in methods:
+                for b in batches:
+                    results[method, b].append(
+                        profile(engines[method], SPECS[method], b, args.rounds, ids))
     print(table(results))
+    if len(methods) > 1:
+        print()
+        print(ratios(results, methods))
     print(f"\n{platform.node()} {platform.machine()}, {torch.get_num_threads()} threads, "
-          f"load {os.getloadavg()[0]:.1f}, {args.rounds} rounds timed + {args.rounds} counted, "
+          f"load {os.getloadavg()[0]:.1f}, {args.repeats} repeats x {args.rounds} rounds timed "
+          f"+ {args.rounds} counted, "
           f"{args.dtype}, compile={args.compile}", file=sys.stderr)
-    for key, prof in results.items():
+    medians = {key: median_profile(runs) for key, runs in results.items()}
+    for key, prof in medians.items():
         print(f"{key}: top ops {[(s, o, round(n, 1)) for s, o, n in prof.top_ops[:6]]}",
               file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(
             {f"{m} b{b}": {s: {"wall_ms": p.wall_ms, "ops": p.ops, "op_ms": p.op_ms}
-                           for s, p in prof.stages.items()} for (m, b), prof in results.items()},
+                           for s, p in prof.stages.items()} for (m, b), prof in medians.items()},
             indent=2))
 
 

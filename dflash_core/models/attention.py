@@ -205,7 +205,7 @@ class Attention(nn.Module):
         out = attend(q, prefix, step.prefix_lens, k, v, step.mask, step.fused,
                      biases=step.biases)  # [B, Hq, N, D]
         if cache is not None:
-            cache.write_at(layer, step.write_index(k), k, v)
+            cache.write(layer, step.slots, k, v)
         return self.project_out(out)  # [B, N, H]
 
     def _heads(self, x: Tensor, heads: int) -> Tensor:

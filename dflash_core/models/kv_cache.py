@@ -1,9 +1,9 @@
-"""Static KV cache: preallocated once, written at explicit slots, compacted in place on commit.
+"""Static KV cache: preallocated once, written at explicit slots.
 
-Layout per request row: committed tokens at slots [0, length); a round's tree nodes are written
-at scratch slots [length, length + N) (node i at length + i). Committing an accepted path copies
-its nodes down to [length, length + a + 1). Rejected nodes are never cleaned up: they sit past
-the committed length, where no one reads, until the next round overwrites them.
+Layout per request row: committed tokens at slots [0, length). A round's verify holds its tree
+nodes' K/V (`cache.NodeWrites`) and writes only the accepted path, at [length, length + A);
+entries of that path past a row's accepted length sit past the committed length, where no one
+reads, until the next round overwrites them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.models.cache import move_path
+from dflash_core.models.cache import put_slots, slot_index
 
 
 @dataclass
@@ -48,13 +48,10 @@ class KVCache:
 
     def write(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> None:
         """slots: [B, N]; k, v: [B, Hkv, N, D]."""
-        self.write_at(layer, scatter_index(slots, k), k, v)
-
-    def write_at(self, layer: int, index: Tensor, k: Tensor, v: Tensor) -> None:
-        """index: scatter_index(slots, k), made once per forward for all layers."""
         keys, values = self.layer(layer)
-        keys.scatter_(2, index, k)
-        values.scatter_(2, index, v)
+        index = slot_index(slots, keys.shape[1], keys.shape[2])
+        put_slots(keys, index, k)
+        put_slots(values, index, v)
 
     def prefix(self, layer: int, length: int) -> tuple[Tensor, Tensor]:
         """The first `length` slots of every row (callers mask each row's own length)."""
@@ -67,15 +64,17 @@ class KVCache:
             self._layers[layer] = self.k[layer], self.v[layer]
         return self._layers[layer]
 
-    def commit(self, starts: Tensor, path: Tensor) -> None:
-        """Move path nodes (scratch index, [B, A]) to contiguous slots starts + 0..A-1."""
-        move_path(self.k, starts, path)
-        move_path(self.v, starts, path)
+    def write_nodes(self, slots: Tensor, nodes: tuple[Tensor, ...]) -> None:
+        """nodes: (k, v), each [layers, B, Hkv, N, D], at slots [B, N]."""
+        index = slot_index(slots, self.k.shape[2], self.capacity)
+        put_slots(self.k, index, nodes[0])
+        put_slots(self.v, index, nodes[1])
 
-    def put_rows(self, index: Tensor, scratch: KVCache) -> None:
-        length = scratch.capacity
-        self.k[:, index, :, :length] = scratch.k
-        self.v[:, index, :, :length] = scratch.v
+    def put_rows(self, index: Tensor, nodes: tuple[Tensor, ...]) -> None:
+        """nodes: (k, v), each [layers, n, Hkv, P, D], into rows `index` [n], slots [0, P)."""
+        length = nodes[0].shape[3]
+        self.k[:, index, :, :length] = nodes[0]
+        self.v[:, index, :, :length] = nodes[1]
 
     def row_range(self, batch: int) -> KVCache:
         """The first `batch` rows as a view (a cache allocated for max_batch serves smaller ones)."""
@@ -85,7 +84,3 @@ class KVCache:
         """A batch-1 view of row b (writes go to the shared storage)."""
         return KVCache(self.k[:, b : b + 1], self.v[:, b : b + 1])
 
-
-def scatter_index(slots: Tensor, k: Tensor) -> Tensor:
-    """slots [B, N] -> the scatter index [B, Hkv, N, D] that writes k's nodes at those slots."""
-    return slots[:, None, :, None].expand_as(k)

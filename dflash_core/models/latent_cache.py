@@ -1,7 +1,7 @@
 """MLA's static cache: per token one latent vector (kv_lora_rank) and the shared rotary key
 (qk_rope_head_dim), concatenated; nothing per head.
 
-Same slot layout and commit as `kv_cache.KVCache`. The one stored tensor is both the keys (all
+Same slot layout and node writes as `kv_cache.KVCache`. The one stored tensor is both the keys (all
 of it) and the values (the same storage: the attention's output columns past the latent are
 dropped), so a prefix read is one pass over one tensor for every head and node.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.models.cache import move_path
+from dflash_core.models.cache import put_slots, slot_index
 
 
 @dataclass(slots=True)
@@ -39,17 +39,19 @@ class LatentCache:
 
     def write(self, layer: int, slots: Tensor, latent: Tensor) -> None:
         """slots: [B, N]; latent: [B, 1, N, W]."""
-        self.kv[layer].scatter_(2, slots[:, None, :, None].expand_as(latent), latent)
+        put_slots(self.kv[layer], slot_index(slots, 1, self.capacity), latent)
 
     def prefix(self, layer: int, length: int) -> Tensor:
         """[B, 1, length, W]: the first `length` slots of every row (callers mask the rest)."""
         return self.kv[layer, :, :, :length]
 
-    def commit(self, starts: Tensor, path: Tensor) -> None:
-        move_path(self.kv, starts, path)
+    def write_nodes(self, slots: Tensor, nodes: tuple[Tensor, ...]) -> None:
+        """nodes: (latents [layers, B, 1, N, W],) at slots [B, N]."""
+        put_slots(self.kv, slot_index(slots, 1, self.capacity), nodes[0])
 
-    def put_rows(self, index: Tensor, scratch: LatentCache) -> None:
-        self.kv[:, index, :, : scratch.capacity] = scratch.kv
+    def put_rows(self, index: Tensor, nodes: tuple[Tensor, ...]) -> None:
+        """nodes: (latents [layers, n, 1, P, W],) into rows `index` [n], slots [0, P)."""
+        self.kv[:, index, :, : nodes[0].shape[3]] = nodes[0]
 
     def row_range(self, batch: int) -> LatentCache:
         return LatentCache(self.kv[:, :batch])

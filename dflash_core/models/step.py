@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from dflash_core.models.kv_cache import scatter_index
-
 
 @dataclass(slots=True)
 class Step:
@@ -20,9 +18,9 @@ class Step:
     read_len:  how many cache slots to read (max of prefix_lens, a host int).
     mask:      visibility among the new tokens themselves (ancestor mask, causal, or all).
     fused:     attend with PyTorch's fused attention kernels (see attention.attend).
-    biases:    what every layer would make alike (attention biases from mask and prefix_lens,
-               the cache's scatter index), memoised by the first layer so the others reuse it
-               (a Step is not modified once its forward starts).
+    biases:    what every layer would make alike (attention biases from mask and prefix_lens),
+               memoised by the first layer so the others reuse it (a Step is not modified once
+               its forward starts).
     """
 
     positions: Tensor  # [B, N] long
@@ -32,14 +30,6 @@ class Step:
     mask: Tensor  # [B, N, N] bool
     fused: bool = False
     biases: dict = field(default_factory=dict)
-
-    def write_index(self, k: Tensor) -> Tensor:
-        """The KV-cache scatter index of `slots` for k's shape [B, Hkv, N, D], memoised with the
-        biases: every layer of a forward writes the same slots."""
-        key = "slots", k.shape
-        if key not in self.biases:
-            self.biases[key] = scatter_index(self.slots, k)
-        return self.biases[key]
 
     @classmethod
     def causal(cls, starts: Tensor, n: int, read_len: int, fused: bool = False) -> Step:

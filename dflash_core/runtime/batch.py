@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dflash_core.models.cache import NodeWrites
 from dflash_core.models.step import Step
 from dflash_core.runtime.round import Round
 from dflash_core.runtime.scratch import ScratchSequence
@@ -125,18 +126,18 @@ class LiveBatch:
 
     def _forward_prompts(self, rows: list[int], prompts: list[list[int]],
                          samplings: list[SamplingParams], padded: int) -> list[int]:
-        """One causal forward over the prompts right-padded to `padded` tokens into a scratch
-        cache, copied into the rows; padding never reaches a real token and lands past each
-        prefix. The prompt's drafter context is written now, so every round's pending context
-        has one width."""
+        """One causal forward over the prompts right-padded to `padded` tokens, its K/V held
+        (it reads no prefix) and put into the rows; padding never reaches a real token and lands
+        past each prefix. The prompt's drafter context is written now, so every round's pending
+        context has one width."""
         lens, n = [len(p) for p in prompts], len(prompts)
         ids = self._tensor([p + [0] * (padded - len(p)) for p in prompts])  # [n, P]
-        scratch = self.target.allocate_cache(n, padded)
         zeros = torch.zeros(n, dtype=torch.long, device=self.device)
         step = Step.causal(zeros, padded, 0, self.fused)
-        hidden, features = self.round.forward(ids, step, scratch, self.taps)  # [n, P, *]
+        nodes = NodeWrites(self.cache.row_range(n))
+        hidden, features = self.round.forward(ids, step, nodes, self.taps)  # [n, P, *]
         index = self._tensor(rows)
-        self.cache.put_rows(index, scratch)
+        self.cache.put_rows(index, nodes.nodes())
         last = hidden[torch.arange(n, device=self.device), self._tensor(lens) - 1]  # [n, H]
         table = SamplingTable.of(samplings, self.device)
         first = sample_table(self.target.logits(last)[:, None], table, self.generator,

@@ -15,10 +15,12 @@ verify forward"):
   memos (Step.biases, the cache's layer views) are no side effects Dynamo replays per call.
 - No cache write inside: an in-place scatter into a graph input is functionalised, and on CPU
   Inductor then copies the whole cache (every layer, every row) per layer written. The verify
-  graph records the writes (`_Recorder`) and returns their tensors; they run eagerly after it,
-  a few small scatters. Exact: a forward's layers read only their own layer's prefix, before
-  their own write. The drafter's context writes are read by its block pass, so they run
-  eagerly before its graph, which writes nothing.
+  graph holds the new tokens' values (`cache.NodeWrites`) and returns them stacked, one tensor
+  per stored tensor; the round writes the accepted path from them, another caller (a prefill)
+  gets them written eagerly after the graph, one scatter per stored tensor. Exact: a forward's
+  layers read only their own layer's prefix, before their own write. The drafter's context
+  writes are read by its block pass, so they run eagerly before its graph, which writes
+  nothing.
 - Fixed sizes: with dynamic=True the prefix read length reached a dict key (the memoised
   attention biases), which specialises it, so every new read length recompiled.
 
@@ -39,7 +41,7 @@ from collections.abc import Callable, Hashable, Sequence
 import torch
 from torch import Tensor
 
-from dflash_core.models.cache import Cache
+from dflash_core.models.cache import Cache, NodeWrites
 from dflash_core.models.kv_cache import KVCache
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
@@ -106,28 +108,35 @@ class CompiledForward:
         self.target, self.taps = target, tuple(taps)
         self.shapes = ShapeGraphs(backend)
 
-    def __call__(self, ids: Tensor, step: Step, cache: Cache,
+    def __call__(self, ids: Tensor, step: Step, cache: Cache | NodeWrites,
                  taps: Sequence[int]) -> tuple[Tensor, Tensor]:
         if tuple(taps) != self.taps:
             raise ValueError(f"compiled for taps {self.taps}, called with {tuple(taps)}")
-        stored = [getattr(cache, f.name) for f in dataclasses.fields(cache)]
+        held = cache if isinstance(cache, NodeWrites) else None
+        stored_in = held.cache if held is not None else cache
+        stored = [getattr(stored_in, f.name) for f in dataclasses.fields(stored_in)]
         args = (ids, step.positions, step.slots, step.prefix_lens, step.mask, *stored)
-        key = (type(cache), *(a.shape for a in args), step.read_len, step.fused)
-        hidden, features, writes = self.shapes.call(
-            key, lambda: self._forward(type(cache), step.read_len, step.fused), *args)
-        for method, write_args in writes:  # the cache writes, eagerly, into the real cache
-            getattr(cache, method)(*write_args)
+        # Strides too: a chain's mask is an expanded view, a tree's a full tensor of the same
+        # shape, and one graph called with both would fail Dynamo's guards and recompile.
+        key = (type(stored_in), *((a.shape, a.stride()) for a in args), step.read_len,
+               step.fused)
+        hidden, features, nodes = self.shapes.call(
+            key, lambda: self._forward(type(stored_in), step.read_len, step.fused), *args)
+        if held is not None:  # the round writes the accepted path itself
+            held.hold(nodes)
+        else:  # every node, eagerly, into the real cache
+            stored_in.write_nodes(step.slots, nodes)
         return hidden, features
 
     def _forward(self, cache_type: type, read_len: int, fused: bool) -> Callable:
         target, taps = self.target, self.taps
 
         def forward(ids: Tensor, positions: Tensor, slots: Tensor, prefix_lens: Tensor,
-                    mask: Tensor, *stored: Tensor) -> tuple[Tensor, Tensor, list]:
+                    mask: Tensor, *stored: Tensor) -> tuple[Tensor, Tensor, tuple]:
             step = Step(positions, slots, prefix_lens, read_len, mask, fused)
-            recorder = _Recorder(cache_type(*stored))
-            hidden, features = target(ids, step, recorder, taps)
-            return hidden, features, recorder.writes
+            nodes = NodeWrites(cache_type(*stored))
+            hidden, features = target(ids, step, nodes, taps)
+            return hidden, features, nodes.nodes()
 
         return forward
 
@@ -195,22 +204,3 @@ def compiled_graphs(*parts: object) -> list[ShapeGraphs]:
     compiled."""
     return [p.shapes for p in parts
             if isinstance(p, (CompiledForward, CompiledProposer, CompiledTreeStages))]
-
-
-class _Recorder:
-    """A cache inside a compiled graph: reads go to the cache, writes are recorded (method,
-    args) for the caller to run after the graph. Covers both caches' interfaces: KVCache's
-    `write_at` (and `write`), LatentCache's `write`."""
-
-    def __init__(self, cache: Cache) -> None:
-        self.cache = cache
-        self.writes: list[tuple[str, tuple]] = []
-
-    def prefix(self, layer: int, length: int):
-        return self.cache.prefix(layer, length)
-
-    def write_at(self, *args) -> None:
-        self.writes.append(("write_at", args))
-
-    def write(self, *args) -> None:
-        self.writes.append(("write", args))

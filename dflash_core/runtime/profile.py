@@ -3,7 +3,8 @@
 Wall times on a shared CPU are noisy; the number of ATen ops a stage dispatches is not, and on a
 small model it is what a round costs (each op pays the dispatcher and, on a GPU, a launch). So
 `profile_rounds` runs rounds twice: once plain, timing every stage (the wall time), once under
-`OpCounter`, a TorchDispatchMode that counts each op a stage dispatches and times it. A stage's
+`OpCounter`, a TorchDispatchMode that counts each op a stage dispatches and times it (compiled
+parts run eagerly there, so a compiled stage's count is its eager op count). A stage's
 host time is its wall time less the time inside its ops (its Python and bookkeeping); "host"
 is the live batch's own bookkeeping around the round (packet read, emit, row lists).
 """
@@ -113,7 +114,11 @@ def profile_rounds(batch: LiveBatch, rounds: int) -> RoundProfile:
     stats.counter = counter
     plain, batch.stats, batch.round.stats = batch.stats, stats, stats
     try:
-        with counter:
+        # Compiled parts run eagerly while counted: under a dispatch mode Dynamo would compile
+        # them again for the mode, and the graphs it keeps then ran the later timed rounds
+        # 1.5-2.5x slower (the build and verify, measured: docs/BENCHMARKS.md, issue 18 ninth
+        # pass). So the counts are each stage's eager ATen ops.
+        with torch.compiler.set_stance("force_eager"), counter:
             _, counted = _timed_rounds(batch, rounds)
     finally:
         plain.rounds += stats.rounds

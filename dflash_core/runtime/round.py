@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.models.cache import Cache
+from dflash_core.models.cache import Cache, NodeWrites, slot_index
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
 from dflash_core.parallel.traffic import Traffic
@@ -112,11 +112,12 @@ class Round:
         with timed("build", device, stage_timing):
             tree = self.stages.tree(self.specs[n], state.anchors[:n], draft_logits)
         with timed("verify", device, stage_timing):
-            post, features = self._verify(cache, starts, read_len, tree, mode)
+            nodes = NodeWrites(cache)  # the tree's K/V, held until the path is known
+            post, features = self._verify(nodes, starts, read_len, tree, mode)
         with timed("accept", device, stage_timing):
             acc = accept(tree, post, self.path_len)
         with timed("commit", device, stage_timing):
-            self._commit(cache, starts, tree, acc, features)
+            self._commit(nodes, starts, tree, acc, features)
         if mark is not None:
             self.traffic[n, read_len, mode] = comm.traffic.since(mark)
 
@@ -128,7 +129,7 @@ class Round:
             state.features[:n], state.feature_positions[:n], state.anchors[:n],
             state.starts[:n], read_len, self.spec.block_size, self.fused))
 
-    def _verify(self, cache: Cache, starts: Tensor, read_len: int, tree: Tree,
+    def _verify(self, cache: NodeWrites, starts: Tensor, read_len: int, tree: Tree,
                 mode: str) -> tuple[Tensor, Tensor]:
         """One target forward over every node of every row -> the target's token per node
         [n, N] and the nodes' features [n, N, F]."""
@@ -139,17 +140,21 @@ class Round:
         table = self.state.sampling.rows(len(starts))
         return sample_table(self.target.logits(hidden), table, self.generator, mode), features
 
-    def _commit(self, cache: Cache, starts: Tensor, tree: Tree, acc: Acceptance,
+    def _commit(self, nodes: NodeWrites, starts: Tensor, tree: Tree, acc: Acceptance,
                 features: Tensor) -> None:
         n, state = len(starts), self.state
-        if self.spec.method == "ddtree":
-            # A chain's (plain, DFlash) accepted nodes 0..tau-1 already sit at slots
-            # start + 0..tau-1: its move would copy each onto itself (18 ops, 2 gathers).
-            cache.commit(starts, acc.path)
-        path = acc.path[..., None].expand(-1, -1, features.shape[-1])  # [n, A, F]
-        state.features[:n].copy_(features.gather(1, path))
+        # A chain's (plain, DFlash) path is its nodes 0..A-1 in order (A = N): nothing to gather.
+        chain = self.spec.method != "ddtree"
+        nodes.commit(starts, None if chain else acc.path, self.path_len)
+        if chain:
+            state.features[:n].copy_(features)
+            accepted = tree.tokens  # [n, A]
+        else:  # whole rows picked, not a gather's element by element (cache.put_slots)
+            index = slot_index(acc.path, 1, tree.num_nodes)  # [n * A] among the n * N nodes
+            picked = features.flatten(0, 1).index_select(0, index)  # [n * A, F]
+            state.features[:n].copy_(picked.view(n, self.path_len, -1))
+            accepted = tree.tokens.flatten().index_select(0, index).view(n, -1)  # [n, A]
         offsets = torch.arange(self.path_len, device=self.device)
         state.feature_positions[:n].copy_(starts[:, None] + offsets)
-        accepted = tree.tokens.gather(1, acc.path)  # [n, A]
         state.packet[:n].copy_(torch.cat([acc.lengths[:, None], acc.bonus[:, None], accepted], 1))
         state.anchors[:n].copy_(acc.bonus)

@@ -1,5 +1,6 @@
 """One verify forward over a tree equals plain causal forwards over each root-to-node path, and
-committing the accepted path leaves the cache exactly as a causal forward would."""
+committing the accepted path (from the nodes `NodeWrites` held) leaves the cache exactly as a
+causal forward would."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from core_helpers import make_target
 
 from dflash_core.models import attention
 from dflash_core.models.attention import attend
+from dflash_core.models.cache import NodeWrites
 from dflash_core.models.step import Step
 from dflash_core.speculation.accept import accept
-from dflash_core.speculation.tree import Tree, build_tree
+from dflash_core.speculation.tree import Tree, build_tree, chain_tree
 
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1]]
 
@@ -80,21 +82,47 @@ def test_commit_leaves_the_cache_of_a_causal_forward_over_the_accepted_tokens(bu
     cache = target.allocate_cache(2, 64)
     _prefill(target, cache, PROMPTS)
     tree = _random_tree(2, budget, seed=7)
-    _, starts = _verify(target, cache, PROMPTS, tree)
+    before = cache.k.clone(), cache.v.clone()
+    nodes = NodeWrites(cache)
+    _, starts = _verify(target, nodes, PROMPTS, tree)
+    assert torch.equal(cache.k, before[0]) and torch.equal(cache.v, before[1])  # held, not written
     deepest = tree.depths.masked_fill(~tree.valid, -1).argmax(-1)  # accept the deepest node
     post = _post_following(tree, deepest)
     acc = accept(tree, post, path_len=5)
     assert acc.lengths.tolist() == (tree.depths.gather(1, deepest[:, None])[:, 0] + 1).tolist()
-    cache.commit(starts, acc.path)
-    for b, prompt in enumerate(PROMPTS):
+    nodes.commit(starts, acc.path, 5)
+    assert_cache_holds_the_accepted_tokens(target, cache, PROMPTS, tree, acc)
+
+
+def assert_cache_holds_the_accepted_tokens(target, cache, prompts, tree, acc,
+                                           field_names=("k", "v")):
+    """Each row's committed slots equal a causal forward's over its prompt + accepted tokens."""
+    for b, prompt in enumerate(prompts):
         n = int(acc.lengths[b])
+        assert n > 1  # a real path was written, not just the root
         accepted = tree.tokens[b, acc.path[b, :n]].tolist()
         _, expected = _causal_logits(target, prompt + accepted)
         length = len(prompt) + n
-        torch.testing.assert_close(cache.k[:, b, :, :length], expected.k[:, 0, :, :length],
-                                   atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(cache.v[:, b, :, :length], expected.v[:, 0, :, :length],
-                                   atol=1e-5, rtol=1e-5)
+        for name in field_names:
+            torch.testing.assert_close(getattr(cache, name)[:, b, :, :length],
+                                       getattr(expected, name)[:, 0, :, :length],
+                                       atol=1e-5, rtol=1e-5)
+
+
+def test_a_chain_commit_writes_its_nodes_in_order():
+    """path None (plain decoding, DFlash): nodes 0..A-1 at slots start + 0..A-1, as a direct
+    write of the verify would leave them."""
+    target = make_target()
+    direct, held = target.allocate_cache(2, 64), target.allocate_cache(2, 64)
+    for cache in direct, held:
+        _prefill(target, cache, PROMPTS)
+    anchors = torch.tensor([5, 6])
+    tree = chain_tree(anchors, torch.tensor([[7, 8, 9], [10, 11, 12]]))
+    _verify(target, direct, PROMPTS, tree)
+    nodes = NodeWrites(held)
+    _, starts = _verify(target, nodes, PROMPTS, tree)
+    nodes.commit(starts, None, tree.num_nodes)
+    assert torch.equal(held.k, direct.k) and torch.equal(held.v, direct.v)
 
 
 def _post_following(tree: Tree, targets: torch.Tensor) -> torch.Tensor:
