@@ -47,7 +47,7 @@ def slot_index(slots: Tensor, heads: int, capacity: int) -> Tensor:
 def put_slots(stored: Tensor, index: Tensor, values: Tensor) -> None:
     """stored [..., B, H, S, D] <- values [..., B, H, N, D] at `slot_index(slots, H, S)`, the
     leading dims (layers) alike, as one copy of D-wide rows (a scatter moves element by element:
-    ~7x slower on a CPU at a round's sizes, docs/BENCHMARKS.md, issue 18 ninth pass)."""
+    7x slower on a CPU for a chain's writes at 8 rows, bench/cache_write_bench.py)."""
     *lead, b, h, s, d = stored.shape
     flat = stored.view(*lead, b * h * s, d)  # B, H, S merge in any row range of the cache
     flat.index_copy_(len(lead), index, values.reshape(*lead, -1, d))
@@ -70,7 +70,8 @@ class NodeWrites:
     (docs/BENCHMARKS.md, issue 18 ninth pass). Exact: a forward's layers read their prefix
     before their own write and take the new tokens' K/V from the forward itself, so nothing in
     the forward ever reads a node it wrote. The attentions call `write(layer, slots, *values)`,
-    the values being the stored tensors' in field order.
+    the values being the stored tensors' in field order; the slots are not kept, since node i of
+    a verify (or prefill) goes to start + i, which is how `commit` (and `put_rows`) place them.
     """
 
     def __init__(self, cache: Cache) -> None:
