@@ -16,8 +16,9 @@ verify forward"):
 - No cache write inside: an in-place scatter into a graph input is functionalised, and on CPU
   Inductor then copies the whole cache (every layer, every row) per layer written. The verify
   graph holds the new tokens' values (`cache.NodeWrites`) and returns them stacked, one tensor
-  per stored tensor; the round writes the accepted path from them, another caller (a prefill)
-  gets them written eagerly after the graph, one scatter per stored tensor. Exact: a forward's
+  per stored tensor; the round (and a prefill) write from them what they keep, and a caller
+  that passes a plain cache gets every node written eagerly after the graph, one row copy per
+  stored tensor. Exact: a forward's
   layers read only their own layer's prefix, before their own write. The drafter's context
   writes are read by its block pass, so they run eagerly before its graph, which writes
   nothing.
