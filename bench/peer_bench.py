@@ -3,8 +3,9 @@
 Both servers serve the shipped tiny pair over HTTP to the same load generator, on the pair's
 held-out prompts (64 in / 64 out, greedy, `ignore_eos`): plain decoding and DFlash block 8 on
 both, and our DDTree. Per method both servers are up at once and measured in turns: level 1 of
-ours, level 1 of vLLM, level 4 of ours, ..., then again `--repeats` times, so drift on a shared
-machine hits both alike. vLLM has no DDTree: a DDTree phase runs vLLM's DFlash b8 and our own
+ours, level 1 of vLLM, level 4 of ours, ..., then again `--repeats` times with the order
+rotated (vLLM first, ...), so drift on a shared machine hits both alike and neither always
+runs right after the other. vLLM has no DDTree: a DDTree phase runs vLLM's DFlash b8 and our own
 DFlash b8 beside our DDTree, so both DDTree targets (against vLLM's DFlash, against ours) are
 per-repeat ratios too. Reported: median output tok/s, the spread (min-max over repeats, in %
 of the median), run-local acceptance, and ours / vLLM (and DDTree / our DFlash) as the median
@@ -102,8 +103,9 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
             levels: tuple[int, ...], repeats: int, requests: int, client_cores: str | None
             ) -> dict[str, dict[int, list[tuple[float, float | None]]]]:
     """{server: {concurrency: [(output tok/s, accept length), ...]}}, every server up at once
-    and measured in turns (each level of one right after the same level of the others), so a
-    slow spell of a shared machine hits all alike and each repeat gives a ratio of its own.
+    and measured in turns (each level of one right after the same level of the others, in an
+    order that rotates every repeat), so a slow spell of a shared machine hits all alike and
+    each repeat gives a ratio of its own.
     `servers`: name -> (its deployment, "vllm" or "serve <dtype>", whose first word is the
     backend; its LaunchParams fields)."""
     workload = Workload(input_len=64, output_len=64, concurrency=levels)
@@ -118,10 +120,16 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
             sessions[server] = stack.enter_context(runner.session(launch, workload))
             print(f"  {server}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
         stack.enter_context(pinned(client_cores))
-        for _ in range(repeats):
+        order = list(sessions)
+        for repeat in range(repeats):
+            # The order rotates every repeat, so no server always follows the same one: a
+            # level is short (under a second at 8 requests), so whatever the server measured
+            # just before leaves running (a thread pool still spinning, a front end still
+            # flushing) falls on the next one's level.
+            turn = order[repeat % len(order):] + order[:repeat % len(order)]
             for c in levels:
-                for engine, session in sessions.items():
-                    m = session.measure(c, requests)
+                for engine in turn:
+                    m = sessions[engine].measure(c, requests)
                     if not m.ok:
                         raise RuntimeError(f"{engine} {params} c={c}: {m.failure} "
                                            f"{m.log_excerpt}")
