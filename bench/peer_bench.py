@@ -19,8 +19,9 @@ of the per-repeat ratios.
         [--no-vllm]
 
 `--no-vllm` runs our servers alone (a DDTree phase: our DDTree beside our DFlash), for the
-DDTree-vs-our-DFlash comparison: an idle vLLM server up beside them slowed our DDTree server
-about a quarter more than our DFlash server (docs/BENCHMARKS.md, issue 18 ninth pass).
+DDTree-vs-our-DFlash comparison: with a vLLM server up beside them two runs gave DDTree 0.68-0.72
+of our DFlash at 8 requests, one run without it 0.95-0.98 (docs/BENCHMARKS.md, issue 18 ninth
+pass; the cause is not known).
 
 `--our-compile inductor` (or max-autotune) serves ours with `--compile inductor`: the round
 (verify, drafter block pass, DDTree build) compiled per round shape, rows padded to
@@ -259,9 +260,9 @@ def main() -> None:
                              "(budget N) or ddtreeNrM (a round cap of M verify tokens), "
                              "comma-separated")
     parser.add_argument("--no-vllm", dest="vllm", action="store_false",
-                        help="our servers only (a DDTree phase: our DDTree beside our DFlash): "
-                             "an idle vLLM server beside them costs our DDTree more than our "
-                             "DFlash (docs/BENCHMARKS.md, issue 18 ninth pass)")
+                        help="our servers only (a DDTree phase: our DDTree beside our DFlash); "
+                             "with vLLM up beside them DDTree measured lower against our DFlash "
+                             "(docs/BENCHMARKS.md, issue 18 ninth pass)")
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--our-dtype", default="float32",
