@@ -116,7 +116,7 @@ def profile_rounds(batch: LiveBatch, rounds: int) -> RoundProfile:
     try:
         # Compiled parts run eagerly while counted: under a dispatch mode Dynamo would compile
         # them again for the mode, and the graphs it keeps then ran the later timed rounds
-        # 1.5-2.5x slower (the build and verify, measured: docs/BENCHMARKS.md, issue 18 ninth
+        # 1.4-2.7x slower (the verify and the build, measured: docs/BENCHMARKS.md, issue 18 ninth
         # pass). So the counts are each stage's eager ATen ops.
         with torch.compiler.set_stance("force_eager"), counter:
             _, counted = _timed_rounds(batch, rounds)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dflash_core.models.cache import Cache, NodeWrites, slot_index
+from dflash_core.models.cache import Cache, NodeWrites, slot_index, take_slots
 from dflash_core.models.step import Step
 from dflash_core.models.target import Target
 from dflash_core.parallel.traffic import Traffic
@@ -149,11 +149,11 @@ class Round:
         if chain:
             state.features[:n].copy_(features)
             accepted = tree.tokens  # [n, A]
-        else:  # whole rows picked, not a gather's element by element (cache.put_slots)
+        else:  # whole rows picked, as the K/V are (one "head" of width F, of width 1)
             index = slot_index(acc.path, 1, tree.num_nodes)  # [n * A] among the n * N nodes
-            picked = features.flatten(0, 1).index_select(0, index)  # [n * A, F]
-            state.features[:n].copy_(picked.view(n, self.path_len, -1))
-            accepted = tree.tokens.flatten().index_select(0, index).view(n, -1)  # [n, A]
+            picked = take_slots(features[:, None], index, self.path_len)  # [n, 1, A, F]
+            state.features[:n].copy_(picked[:, 0])
+            accepted = take_slots(tree.tokens[:, None, :, None], index, self.path_len)[:, 0, :, 0]
         offsets = torch.arange(self.path_len, device=self.device)
         state.feature_positions[:n].copy_(starts[:, None] + offsets)
         state.packet[:n].copy_(torch.cat([acc.lengths[:, None], acc.bonus[:, None], accepted], 1))
