@@ -21,8 +21,7 @@ class TreeStages:
         # A topk above the budget cannot change the tree (a child ranked below `budget` has
         # `budget` better siblings), so cap it: the candidate set is budget x topk per depth.
         topk = min(spec.topk or spec.budget, spec.budget)
-        return build_tree(anchors, draft_logits.float().log_softmax(-1), spec.budget, topk,
-                          spec.tree_depth, spec.spine)
+        return build_tree(anchors, draft_logits, spec.budget, topk, spec.tree_depth, spec.spine)
 
 
 EAGER_STAGES = TreeStages()

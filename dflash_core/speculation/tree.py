@@ -1,10 +1,13 @@
 """Draft trees for DDTree speculative decoding (arXiv 2604.12989) from one DFlash drafter pass.
 
-The drafter gives log-probabilities for the next L positions, ``draft_logprobs [B, L, V]``. A node
-at depth d is a prefix u = (u_1..u_d) scored q(u) = sum_i logprob[i-1, u_i], accumulated in float32
-in path order. Each depth is restricted to its top K = min(topk, V) tokens, ranked by log-prob
-descending, then token id ascending (so ties are deterministic), and depth to max_depth. Tokens
-with a -inf log-prob are not in the lattice. The best tree with `budget` nodes is the `budget`
+The drafter gives logits for the next L positions, ``draft_logits [B, L, V]``. A node at depth d
+is a prefix u = (u_1..u_d) scored q(u) = sum_i logprob[i-1, u_i], with logprob =
+`depth_logprobs(logits)` (float32), accumulated in float32 in path order. Each depth is
+restricted to its top K = min(topk, V) tokens, ranked by logit descending, then token id
+ascending (so ties are deterministic), and depth to max_depth. The logit order is the log-prob
+order (a row's log-probs are its logits less one constant), except where float32 rounding would
+merge two log-probs; ranking by logit lets the vectorised pass rank a bf16 row on 32-bit keys
+and read no normalised copy of it. Tokens with a -inf logit are not in the lattice. The best tree with `budget` nodes is the `budget`
 highest-scoring prefixes; extending a prefix never raises its score, so that set is prefix-closed.
 
 Order. Nodes are totally ordered by (score desc, depth asc, parent's order, rank asc). A child
@@ -42,6 +45,7 @@ __all__ = [
     "build_tree",
     "build_tree_heap",
     "chain_tree",
+    "depth_logprobs",
     "tree_from_nodes",
 ]
 
@@ -114,24 +118,31 @@ def _f32(x: float) -> float:
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-def _ranked(logprobs: Tensor, k: int) -> list[list[tuple[float, int]]]:
-    """Per depth, the top-k (log-prob, token) by log-prob desc, token id asc."""
+def depth_logprobs(logits: Tensor) -> Tensor:
+    """[..., V] logits -> their float32 log-probabilities, the scores of both builders."""
+    x = logits.float()
+    return x - x.logsumexp(-1, keepdim=True)
+
+
+def _ranked(logits: Tensor, k: int) -> list[list[tuple[float, int]]]:
+    """Per depth, the top-k (log-prob, token) by logit desc, token id asc."""
     ranked = []
-    for row in logprobs.float().tolist():
-        ranked.append(sorted(((v, t) for t, v in enumerate(row)), key=lambda e: (-e[0], e[1]))[:k])
+    for row, lp in zip(logits.float().tolist(), depth_logprobs(logits).tolist()):
+        top = sorted(range(len(row)), key=lambda t: (-row[t], t))[:k]  # -0.0 == 0.0: id decides
+        ranked.append([(lp[t], t) for t in top])
     return ranked
 
 
 def build_tree_heap(
-    anchor: int, logprobs: Tensor, budget: int, topk: int, max_depth: int, spine: bool
+    anchor: int, logits: Tensor, budget: int, topk: int, max_depth: int, spine: bool
 ) -> list[tuple[int, int, int]]:
-    """Algorithm 1 for one request (`logprobs` [L, V]); nodes (token, parent, depth) in pop order.
+    """Algorithm 1 for one request (`logits` [L, V]); nodes (token, parent, depth) in pop order.
 
     Node i of the flattened tree is entry i-1; parent 0 is the root (`anchor`, not listed).
     Ties pop by depth, then parent index, then rank: the order `build_tree` reproduces.
     """
-    depth_cap, k = max(0, min(max_depth, logprobs.shape[0])), max(0, min(topk, logprobs.shape[1]))
-    ranked = _ranked(logprobs[:depth_cap], k)
+    depth_cap, k = max(0, min(max_depth, logits.shape[0])), max(0, min(topk, logits.shape[1]))
+    ranked = _ranked(logits[:depth_cap], k)
     nodes: list[tuple[int, int, int]] = []
     heap: list[tuple[float, int, int, int, float]] = []
 
@@ -180,14 +191,27 @@ def tree_from_nodes(anchor: int, nodes: list[tuple[int, int, int]], num_nodes: i
 # --- vectorised, batched, graph-capturable ----------------------------------------------------
 
 
-def _rank_tokens(logprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Top-k per row by (log-prob desc, token id asc), tie at rank k included; one int64 topk."""
-    x = logprobs.float() + 0.0  # folds -0.0 into +0.0, which compare equal in the reference
+def _rank_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Top-k per row by (logit desc, token id asc), tie at rank k included, as (their
+    `depth_logprobs`, their ids), each [..., k]: one integer topk and one logsumexp over V."""
+    x = logits.float() + 0.0  # folds -0.0 into +0.0, which compare equal in the reference
+    ids = _rank_key(x, logits.dtype).topk(k, dim=-1).indices  # [..., k]
+    return x.gather(-1, ids) - x.logsumexp(-1, keepdim=True), ids
+
+
+def _rank_key(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """An integer per token of `x` [..., V] (float32 values of `dtype` logits) that orders
+    like (logit desc, token id asc): the float's bits made monotonic, the id's complement
+    below them. A bf16 logit has 16 bits, so with V <= 2^16 the key fits int32, half the
+    bytes for the V-wide pass and the topk; any other dtype takes int64."""
+    token = torch.arange(x.shape[-1], device=x.device)  # [V]
     bits = x.view(torch.int32)
-    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).long()  # integer order = float order
-    token = torch.arange(x.shape[-1], device=x.device)
-    ids = (ordered * (1 << 32) + (0xFFFFFFFF - token)).topk(k, dim=-1).indices  # [..., k]
-    return x.gather(-1, ids), ids
+    if dtype == torch.bfloat16 and x.shape[-1] <= 1 << 16:
+        bits = bits >> 16  # the bf16's own bits, sign-extended: its float32 has 16 zero bits
+        ordered = torch.where(bits < 0, bits ^ 0x7FFF, bits)  # integer order = float order
+        return ordered * (1 << 16) + (0xFFFF - token.int())
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).long()
+    return ordered * (1 << 32) + (0xFFFFFFFF - token)
 
 
 def _order(score: Tensor, spine: Tensor) -> Tensor:
@@ -241,14 +265,14 @@ def _select(anchors: Tensor, levels: list[tuple[Tensor, ...]], budget: int, dept
 
 
 def build_tree(
-    anchors: Tensor, logprobs: Tensor, budget: int, topk: int, max_depth: int, spine: bool
+    anchors: Tensor, logits: Tensor, budget: int, topk: int, max_depth: int, spine: bool
 ) -> Tree:
     """Batched `build_tree_heap`: same nodes, order and parents; N = budget + 1 always.
 
-    `anchors` [B] long, `logprobs` [B, L, V] log-softmaxed; max_depth is capped at L.
+    `anchors` [B] long, `logits` [B, L, V] (log-probs serve too); max_depth is capped at L.
     """
-    depth_cap, k = min(max_depth, logprobs.shape[1]), min(topk, logprobs.shape[2])
+    depth_cap, k = min(max_depth, logits.shape[1]), min(topk, logits.shape[2])
     if budget <= 0 or depth_cap <= 0 or k <= 0:
         return _root_only(anchors, max(budget, 0) + 1)
-    lp, ids = _rank_tokens(logprobs[:, :depth_cap], k)  # [B, D, K]
+    lp, ids = _rank_tokens(logits[:, :depth_cap], k)  # [B, D, K]
     return _select(anchors, _expand_levels(lp, ids, budget, spine), budget, depth_cap)

@@ -13,6 +13,7 @@ from dflash_core.speculation.tree import (
     build_tree,
     build_tree_heap,
     chain_tree,
+    depth_logprobs,
     tree_from_nodes,
 )
 
@@ -48,13 +49,14 @@ def _prefixes(nodes: list[tuple[int, int, int]]) -> list[tuple[int, ...]]:
     return paths[1:]
 
 
-def _lattice(lp: torch.Tensor, topk: int, max_depth: int) -> dict[tuple[int, ...], float]:
-    """Every finite prefix of the restricted lattice with its float32 score, by enumeration."""
-    k = min(topk, lp.shape[1])
+def _lattice(logits: torch.Tensor, topk: int, max_depth: int) -> dict[tuple[int, ...], float]:
+    """Every finite prefix of the restricted lattice with its float32 score, by enumeration:
+    each depth's top-k by logit, scored by log-prob."""
+    k, lp = min(topk, logits.shape[1]), depth_logprobs(logits)
     out: dict[tuple[int, ...], float] = {}
     frontier = [((), torch.tensor(0.0))]
-    for d in range(min(max_depth, lp.shape[0])):
-        top = sorted(range(lp.shape[1]), key=lambda t: (-lp[d, t].item(), t))[:k]
+    for d in range(min(max_depth, logits.shape[0])):
+        top = sorted(range(logits.shape[1]), key=lambda t: (-logits[d, t].item(), t))[:k]
         frontier = [(p + (t,), s + lp[d, t]) for p, s in frontier for t in top]
         frontier = [(p, s) for p, s in frontier if torch.isfinite(s)]
         out.update((p, s.item()) for p, s in frontier)
@@ -71,8 +73,8 @@ def _brute_force(lp, budget, topk, max_depth, spine) -> set[tuple[int, ...]]:
     return set(chain) | set(rest[: budget - len(chain)])
 
 
-def _node_scores(lp: torch.Tensor, nodes: list[tuple[int, int, int]]) -> list[float]:
-    scores = [torch.tensor(0.0)]
+def _node_scores(logits: torch.Tensor, nodes: list[tuple[int, int, int]]) -> list[float]:
+    lp, scores = depth_logprobs(logits), [torch.tensor(0.0)]
     for token, parent, depth in nodes:
         scores.append(scores[parent] + lp[depth - 1, token])
     return [s.item() for s in scores[1:]]
@@ -159,15 +161,34 @@ def test_spine_brute_force_differs_from_plain_tree():
 # --- vectorised == heap -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["continuous", "quantised", "repeated", "peaked", "masked"])
-def test_vectorised_matches_heap(kind):
+def test_vectorised_matches_heap(kind, dtype):
+    """bf16 logits take the int32 ranking key, float32 ones the int64 key."""
     rng, gen = random.Random(3), torch.Generator().manual_seed(3)
     for _ in range(60):
         case = _random_case(rng, max_len=6, max_vocab=8, max_budget=40)
         batch = rng.randint(1, 4)
-        lp = _logprobs(gen, (batch, *case.pop("shape")), kind)
+        lp = _logprobs(gen, (batch, *case.pop("shape")), kind).to(dtype)
         anchors = torch.randint(0, 100, (batch,), generator=gen)
         _assert_equal_to_heap(anchors, lp, **case)
+
+
+@pytest.mark.parametrize("kind", ["continuous", "quantised", "masked"])
+def test_bf16_logits_rank_as_their_float32_values(kind):
+    """The int32 key of bf16 logits orders tokens exactly like the int64 key of the same
+    values in float32: signs, -inf, -0.0 and the many ties of a 16-bit float included."""
+    gen = torch.Generator().manual_seed(10)
+    logits = (_logprobs(gen, (3, 5, 300), kind) * 40).bfloat16()
+    logits[0, 0, :4] = torch.tensor([-0.0, 0.0, -0.0, 1e-30])  # 1e-30 rounds to a bf16 > 0
+    logits[1, 1] = logits[1, 1].clamp(max=-1.0)  # a row of negatives only
+    wide = logits.float()
+    for budget, topk in ((24, 4), (40, 8)):
+        anchors = torch.tensor([1, 2, 3])
+        got = build_tree(anchors, logits, budget, topk, 5, True)
+        want = build_tree(anchors, wide, budget, topk, 5, True)
+        for field in FIELDS:
+            assert torch.equal(getattr(got, field), getattr(want, field)), field
 
 
 def test_vectorised_pads_when_lattice_is_small():
