@@ -19,10 +19,10 @@ of the per-repeat ratios.
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
         [--no-vllm]
 
-`--no-vllm` runs our servers alone (a DDTree phase: our DDTree beside our DFlash), for the
-DDTree-vs-our-DFlash comparison: with a vLLM server up beside them two runs gave DDTree 0.68-0.72
-of our DFlash at 8 requests, one run without it 0.95-0.98 (docs/BENCHMARKS.md, issue 18 ninth
-pass; the cause is not known).
+`--no-vllm` runs our servers alone (a DDTree phase: our DDTree beside our DFlash). Before the
+harness waited for idle CPUs, vLLM's busy second after each level fell on our DDTree, which
+then measured 0.68-0.72 of our DFlash at 8 requests with vLLM up and 0.95-0.98 without it
+(docs/BENCHMARKS.md, issue 18 ninth and tenth passes).
 
 `--our-compile inductor` (or max-autotune) serves ours with `--compile inductor`: the round
 (verify, drafter block pass, DDTree build) compiled per round shape, rows padded to
@@ -302,9 +302,7 @@ def main() -> None:
                              "(budget N) or ddtreeNrM (a round cap of M verify tokens), "
                              "comma-separated")
     parser.add_argument("--no-vllm", dest="vllm", action="store_false",
-                        help="our servers only (a DDTree phase: our DDTree beside our DFlash); "
-                             "with vLLM up beside them DDTree measured lower against our DFlash "
-                             "(docs/BENCHMARKS.md, issue 18 ninth pass)")
+                        help="our servers only (a DDTree phase: our DDTree beside our DFlash)")
     parser.add_argument("--vllm-bind", default="auto",
                         help="VLLM_CPU_OMP_THREADS_BIND: auto (vLLM's default), all, or a list")
     parser.add_argument("--vllm-dtype", default=None,
