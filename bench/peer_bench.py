@@ -6,15 +6,16 @@ both, and our DDTree. Per method both servers are up at once and measured in tur
 ours, level 1 of vLLM, level 4 of ours, ..., then again `--repeats` times with the order
 rotated and reversed (`turn_order`), so drift on a shared machine hits both alike and no server
 always runs right after the same other; each level waits until the CPUs are idle
-(`wait_quiet`), since vLLM stays busy for about a second after its level. vLLM has no DDTree: a DDTree phase runs vLLM's DFlash b8 and our own
-DFlash b8 beside our DDTree, so both DDTree targets (against vLLM's DFlash, against ours) are
-per-repeat ratios too. Reported: median output tok/s, the spread (min-max over repeats, in %
-of the median), run-local acceptance, and ours / vLLM (and DDTree / our DFlash) as the median
-of the per-repeat ratios.
+(`wait_quiet`), since vLLM stays busy for about a second after its level. vLLM has no DDTree:
+a DDTree phase runs vLLM's DFlash b8 and our own DFlash b8 beside our DDTree, so both DDTree
+targets (against vLLM's DFlash, against ours) are per-repeat ratios too. Reported: median
+output tok/s, the spread (min-max over repeats, in % of the median), run-local acceptance, and
+ours / vLLM (and DDTree / our DFlash) as the median of the per-repeat ratios.
 
     scripts/install_vllm.sh   # once
     python bench/peer_bench.py [--repeats 5] [--concurrency 1,4,8] [--requests 32] [--json OUT]
-        [--vllm-bind auto|all|0-1] [--vllm-dtype float32] [--methods plain,dflash,ddtree,ddtree8,ddtree16r64]
+        [--vllm-bind auto|all|0-1] [--vllm-dtype float32]
+        [--methods plain,dflash,ddtree,ddtree8,ddtree16r64]
         [--our-dtype float32[,bfloat16]]
         [--client-cores 1] [--our-compile inductor [--our-buckets 1,2,4,8]] [--our-threads 1]
         [--no-vllm]
@@ -117,8 +118,8 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
             ) -> dict[str, dict[int, list[tuple[float, float | None]]]]:
     """{server: {concurrency: [(output tok/s, accept length), ...]}}, every server up at once
     and measured in turns (each level of one right after the same level of the others, once
-    the CPUs are idle, in the order `turn_order` gives the repeat), so a slow spell of a shared machine hits all alike and
-    each repeat gives a ratio of its own.
+    the CPUs are idle, in the order `turn_order` gives the repeat), so a slow spell of a shared
+    machine hits all alike and each repeat gives a ratio of its own.
     `servers`: name -> (its deployment, "vllm" or "serve <dtype>", whose first word is the
     backend; its LaunchParams fields)."""
     workload = Workload(input_len=64, output_len=64, concurrency=levels)

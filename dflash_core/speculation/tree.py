@@ -7,8 +7,9 @@ restricted to its top K = min(topk, V) tokens, ranked by logit descending, then 
 ascending (so ties are deterministic), and depth to max_depth. The logit order is the log-prob
 order (a row's log-probs are its logits less one constant), except where float32 rounding would
 merge two log-probs; ranking by logit lets the vectorised pass rank a bf16 row on 32-bit keys
-and read no normalised copy of it. Tokens with a -inf logit are not in the lattice. The best tree with `budget` nodes is the `budget`
-highest-scoring prefixes; extending a prefix never raises its score, so that set is prefix-closed.
+and read no normalised copy of it. Tokens with a -inf logit are not in the lattice. The best
+tree with `budget` nodes is the `budget` highest-scoring prefixes; extending a prefix never
+raises its score, so that set is prefix-closed.
 
 Order. Nodes are totally ordered by (score desc, depth asc, parent's order, rank asc). A child
 comes after its parent (lower or equal score, deeper) and a sibling after the one ranked above it,
