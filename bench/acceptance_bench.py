@@ -11,13 +11,11 @@ ablation (MASK in block slot 0 instead of the real anchor must collapse tau).
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import time
+import sys
 from pathlib import Path
 
 import torch
+from harness import Timer, arguments, host_line, save_json, table
 
 from dflash_core import DFlashProposer, DraftInput, SamplingParams, Spec
 from dflash_core.training.evaluate import held_out_prompts, load_pair, pair_engine
@@ -65,30 +63,24 @@ def _row(name: str, g, plain) -> dict:
 
 
 def markdown(result: dict) -> str:
-    header = ("| configuration | mean acceptance (tau) | batch rounds | == plain greedy | "
-              "CPU tok/s (not a speed claim) |")
-    lines = [header, "|---|---|---|---|---|"]
-    lines += [f"| {r['config']} | {r['tau']} | {r['rounds']} | {r['lossless']} | "
-              f"{r['cpu_tok_s']} |" for r in result["rows"]]
-    return "\n".join(lines)
+    return table(["configuration", "mean acceptance (tau)", "batch rounds", "== plain greedy",
+                  "CPU tok/s (not a speed claim)"],
+                 [[r["config"], r["tau"], r["rounds"], r["lossless"], r["cpu_tok_s"]]
+                  for r in result["rows"]])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--pair", type=Path, default=None)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     pair = ensure_pair(args.pair or default_pair_dir())
-    began = time.perf_counter()
-    result = run(pair, args.max_tokens)
-    result.update(machine=f"{platform.processor() or platform.machine()}, "
-                  f"{torch.get_num_threads()} threads", seconds=round(time.perf_counter() - began))
+    timer = Timer()
+    result = run(pair, args.max_tokens) | {"seconds": round(timer.s)}
     print(markdown(result))
     print(f"\n{result['prompts']} held-out prompts x {result['max_tokens']} tokens, greedy, "
-          f"{result['machine']}, {result['seconds']} s")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+          f"{result['seconds']} s; {host_line()}", file=sys.stderr)
+    save_json(args.json, result)
 
 
 if __name__ == "__main__":

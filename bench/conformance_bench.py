@@ -12,12 +12,9 @@ acceptance under each engine for the same drafter and block size.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
-import time
-from pathlib import Path
+
+from harness import Timer, arguments, host_line, save_json, stat, table
 
 from backends import vllm_cpu
 from backends.conformance import (
@@ -61,8 +58,8 @@ def run(prompts_n: int, tokens: int, block: int) -> dict:
         "ours_dflash_equals_plain": ours_dflash.tokens == plain,
         "divergences": [{"prompt": d.prompt, "at": d.at, "margin": round(d.margin, 4),
                          "top2_margin": round(d.top2_margin, 4)} for d in found],
-        "median_top2_margin": round(statistics.median(
-            m for p, o in zip(prompts, plain) for m in top2_margins(target, p, o)), 4),
+        "median_top2_margin": round(stat(
+            [m for p, o in zip(prompts, plain) for m in top2_margins(target, p, o)]).median, 4),
         "per_position": _positions(ours_dflash.stats.acceptance, vllm_positions, block),
         "per_position_same_outputs": _positions(ours_same.stats.acceptance, vllm_same, block),
     }
@@ -78,10 +75,10 @@ def report(result: dict) -> str:
              f"{result['tokens']} tokens (our DFlash = our plain: "
              f"{result['ours_dflash_equals_plain']})",
              f"median top-1/top-2 margin of our outputs: {result['median_top2_margin']:.3f}",
-             "", "| prompt | first divergence | our margin (ours - vLLM's) | our top-2 margin |",
-             "|---|---|---|---|"]
-    lines += [f"| {d['prompt']} | {d['at']} | {d['margin']:.4f} | {d['top2_margin']:.4f} |"
-              for d in result["divergences"]]
+             "", table(["prompt", "first divergence", "our margin (ours - vLLM's)",
+                        "our top-2 margin"],
+                       [[d["prompt"], d["at"], f"{d['margin']:.4f}", f"{d['top2_margin']:.4f}"]
+                        for d in result["divergences"]])]
     for key, title in (("per_position", f"all {result['prompts']} prompts"),
                        ("per_position_same_outputs",
                         f"the {result['equal']} prompts both engines continue alike")):
@@ -91,27 +88,25 @@ def report(result: dict) -> str:
 
 
 def _position_table(ours: list[float], theirs: list[float]) -> list[str]:
-    lines = ["| draft position | ours | vLLM | vLLM / ours |", "|---|---|---|---|"]
-    lines += [f"| {k} | {a:.3f} | {b:.3f} | {b / a:.3f} |"
-              for k, (a, b) in enumerate(zip(ours, theirs))]
-    lines.append(f"| tau (bonus included) | {1 + sum(ours):.3f} | {1 + sum(theirs):.3f} | "
-                 f"{(1 + sum(theirs)) / (1 + sum(ours)):.3f} |")
-    return lines
+    rows = [[k, f"{a:.3f}", f"{b:.3f}", f"{b / a:.3f}"]
+            for k, (a, b) in enumerate(zip(ours, theirs))]
+    tau_ours, tau_theirs = 1 + sum(ours), 1 + sum(theirs)
+    rows.append(["tau (bonus included)", f"{tau_ours:.3f}", f"{tau_theirs:.3f}",
+                 f"{tau_theirs / tau_ours:.3f}"])
+    return [table(["draft position", "ours", "vLLM", "vLLM / ours"], rows)]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--block", type=int, default=8)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    began = time.perf_counter()
+    timer = Timer()
     result = run(args.prompts, args.tokens, args.block)
     print(report(result))
-    print(f"\n{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    print(f"\n{timer.s / 60:.1f} min; {host_line()}", file=sys.stderr)
+    save_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -12,18 +12,15 @@ falls on all of them.
 
     OMP_NUM_THREADS=1 python bench/continuous_profile.py [--method dflash,ddtree16] \
         [--concurrency 1,8] [--requests 32] [--tokens 64] [--dtype float32,bfloat16] \
-        [--compile none,inductor] [--context-bucket 64] [--repeats 3]
+        [--compile none,inductor] [--context-bucket 64] [--repeats 3] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
 import sys
-import time
 
 import torch
+from harness import Timer, arguments, host_line, save_json, stat, table, turns
 
 from dflash_core import SamplingParams, Spec, build_engine, load_models
 from dflash_core.training.evaluate import held_out_prompts
@@ -48,13 +45,13 @@ def serve_queue(batch, prompts: list[list[int]], tokens: int) -> dict:
             batch.release(row)
         room = min(len(batch.free_rows()), len(queue))
         if room:
-            began = time.perf_counter()
-            batch.admit(queue[:room], [sampling] * room)
-            admit_s += time.perf_counter() - began
+            with Timer() as admit:
+                batch.admit(queue[:room], [sampling] * room)
+            admit_s += admit.s
             del queue[:room]
-        began = time.perf_counter()
-        batch.step()
-        round_s += time.perf_counter() - began
+        with Timer() as step:
+            batch.step()
+        round_s += step.s
         rounds += 1
     generated += sum(len(r.output) for r in batch.requests if r is not None)
     return {"admit_s": admit_s, "round_s": round_s, "tokens": generated, "rounds": rounds}
@@ -77,25 +74,24 @@ def open_batches(pair, specs: dict[str, Spec], args, concurrencies: list[int]) -
                               max_tree_nodes=max(s.num_nodes for s in specs.values()),
                               batch_buckets=buckets, compile=mode,
                               context_bucket=args.context_bucket)
-        began, made = time.perf_counter(), 0
+        timer, made = Timer(), 0
         for method, spec in specs.items():
             for c in sorted(concurrencies, reverse=True):
                 batch = batches[method, dtype, mode, c] = engine.open_batch(spec, c)
                 made += batch.capture() if engine.config.fixed_shapes else 0
         if engine.config.fixed_shapes:
             print(f"{dtype} {mode}: compiled {made} graphs in "
-                  f"{time.perf_counter() - began:.0f} s", file=sys.stderr)
+                  f"{timer.s:.0f} s", file=sys.stderr)
     return batches
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, repeats=3)
     parser.add_argument("--method", default="dflash", help=f"comma list of {sorted(SPECS)}")
     parser.add_argument("--concurrency", default="8", help="comma list")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--compile", default="none", help="comma list (EngineConfig.compile)")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="float32",
                         help="comma list of the engines' dtypes (vLLM: bf16)")
     parser.add_argument("--context-bucket", type=int, default=0,
@@ -114,21 +110,27 @@ def main() -> None:
         for batch in batches.values():
             serve_queue(batch, prompts[:batch.cache.rows], 8)  # first calls, prefill
         # In turns, so a slow minute of a shared machine falls on every configuration.
-        for _ in range(args.repeats):
-            for key, batch in batches.items():
-                runs.setdefault(key, []).append(serve_queue(batch, prompts, args.tokens))
-    print("| method | dtype | compile | conc. | tok/s median (spread) | admissions share "
-          "| rounds |")
-    print("|---|---|---|---|---|---|---|")
-    for (method, dtype, mode, c), results in runs.items():
-        rates = [r["tokens"] / (r["admit_s"] + r["round_s"]) for r in results]
-        share = statistics.median(r["admit_s"] / (r["admit_s"] + r["round_s"]) for r in results)
-        print(f"| {method} | {dtype} | {mode} | {c} | {statistics.median(rates):.0f} "
-              f"({(max(rates) - min(rates)) / statistics.median(rates):.0%}) | {share:.0%} "
-              f"| {results[-1]['rounds']} |")
-    print(f"\n{os.uname().nodename}, {torch.get_num_threads()} torch threads, load "
-          f"{os.getloadavg()[0]:.1f}, {args.repeats} repeats x {args.requests} requests x "
-          f"{args.tokens} tokens", file=sys.stderr)
+        for _, key in turns(list(batches), args.repeats):
+            runs.setdefault(key, []).append(serve_queue(batches[key], prompts, args.tokens))
+    rows = [summary(key, results) for key, results in runs.items()]
+    print(table(["method", "dtype", "compile", "conc.", "tok/s median (spread)",
+                 "admissions share", "rounds"],
+                [[r["method"], r["dtype"], r["compile"], r["concurrency"], r["tok_s"].cell(),
+                  f"{r['admit_share']:.0%}", r["rounds"]] for r in rows]))
+    print(f"\n{args.repeats} repeats x {args.requests} requests x {args.tokens} tokens; "
+          f"{host_line()}", file=sys.stderr)
+    save_json(args.json, {"args": vars(args), "rows": [
+        r | {"tok_s": round(r["tok_s"].median, 1), "tok_s_runs": r["tok_s"].runs}
+        for r in rows]})
+
+
+def summary(key: tuple, results: list[dict]) -> dict:
+    """One row: tok/s over the repeats, the median share of wall time in admissions."""
+    method, dtype, mode, c = key
+    rates = stat([r["tokens"] / (r["admit_s"] + r["round_s"]) for r in results])
+    share = stat([r["admit_s"] / (r["admit_s"] + r["round_s"]) for r in results]).median
+    return {"method": method, "dtype": dtype, "compile": mode, "concurrency": c, "tok_s": rates,
+            "admit_share": share, "rounds": results[-1]["rounds"]}
 
 
 if __name__ == "__main__":
