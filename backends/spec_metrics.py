@@ -22,14 +22,15 @@ Flavors:
 
 from __future__ import annotations
 
+import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -43,13 +44,9 @@ SGLANG_SERVER_INFO_ACCEPT_KEY = "avg_spec_accept_length"
 # `/get_server_info` is the pre-0.5.11 name, still answered but deprecated.
 SGLANG_SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LABEL_SET = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}'  # quoted values may hold "}" and "#"
-# name, labels, value, then an optional timestamp and an optional OpenMetrics exemplar.
-_LINE = re.compile(rf"^({_NAME})({_LABEL_SET})?\s+(\S+)(?:\s+[^#\s]\S*)?(?:\s+#.*)?$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_ESCAPE = re.compile(r'\\[\\"n]')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_log = logging.getLogger(__name__)
+# What prometheus_client's parser raises on a malformed line (IndexError: e.g. a stray "{,=").
+_UNREADABLE = (ValueError, IndexError)
 
 
 @dataclass(slots=True, frozen=True)
@@ -70,34 +67,32 @@ class Scrape:
 
 
 def parse_exposition(text: str) -> list[Sample]:
-    """Parse Prometheus text format: ``# HELP`` / ``# TYPE`` and blank lines are skipped,
-    label values are unescaped, a trailing timestamp or OpenMetrics exemplar is dropped. Lines
-    that do not parse are skipped rather than failing the whole scrape."""
-    samples = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        value = _float(match.group(3)) if match else None
-        if value is not None:
-            samples.append(Sample(match.group(1), _labels(match.group(2) or ""), value))
-    return samples
-
-
-def _labels(text: str) -> dict[str, str]:
-    return {m.group(1): _unescape(m.group(2)) for m in _LABEL.finditer(text[1:-1])}
-
-
-def _unescape(value: str) -> str:
-    return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(0)], value)
-
-
-def _float(text: str) -> float | None:
+    """Parse Prometheus text format with ``prometheus_client``'s parser: comments and blank
+    lines are skipped, label values are unescaped, a trailing timestamp or OpenMetrics exemplar
+    is dropped. Sample names are as exposed, except that a counter whose ``# TYPE`` lacks
+    ``_total`` gets it on its samples (the library's naming; :func:`counter_sum` matches either
+    way). A line the parser cannot read is skipped, with a warning, rather than failing the
+    whole scrape."""
     try:
-        return float(text)  # also "NaN", "+Inf", "-Inf"
-    except ValueError:
-        return None
+        families = list(text_string_to_metric_families(text))
+    except _UNREADABLE:  # the library stops at the first bad line and loses the rest
+        families = list(text_string_to_metric_families(_readable_lines(text)))
+    return [Sample(s.name, s.labels, float(s.value)) for f in families for s in f.samples]
+
+
+def _readable_lines(text: str) -> str:
+    """``text`` without the lines the library cannot parse; every error it raises is about one
+    line, so the lines it reads alone it also reads together."""
+    kept = []
+    for line in text.splitlines():
+        try:
+            list(text_string_to_metric_families(line))
+        except _UNREADABLE as error:
+            _log.warning("/metrics: skipped a line that is not Prometheus text (%s): %r",
+                         str(error) or type(error).__name__, line)
+            continue
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def _base(name: str) -> str:

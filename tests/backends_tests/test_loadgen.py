@@ -19,14 +19,20 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter
+from prometheus_client import Histogram
+from prometheus_client import generate_latest
 
 from backends.contract import FailureClass
+from backends.drain import busy_requests
 from backends.latency import LevelResult
 from backends.latency import RequestResult
 from backends.loadgen import LoadSpec
 from backends.loadgen import arrival_gaps
 from backends.loadgen import run_levels
 from backends.loadgen import run_load
+from backends.spec_metrics import VLLM_ACCEPTED
 from backends.spec_metrics import Scrape
 from backends.spec_metrics import accept_len
 from backends.spec_metrics import counter_sum
@@ -304,6 +310,136 @@ def test_counter_sums_label_sets_with_or_without_total_suffix():
     assert counter_sum(samples, "vllm:spec_decode_num_drafts") == 150.0  # _created not summed
     assert counter_sum(samples, "vllm:spec_decode_num_accepted_tokens") == 300.0
     assert counter_sum(samples, "vllm:spec_decode_num_draft_tokens") is None
+
+
+# vLLM 0.3x's /metrics as prometheus_client writes it (trimmed): gauges, a histogram with its
+# _bucket / _sum / _count and _created lines, counters with _total and _created, a model path
+# whose label value holds escaped quotes and backslashes.
+VLLM_METRICS = r"""# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="/m/Qwen3 \"8B\" \\ fp8"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="/m/Qwen3 \"8B\" \\ fp8"} 2.0
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.04",model_name="q"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="q"} 5.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="q"} 7.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="q"} 7.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="q"} 0.6125
+# HELP vllm:time_to_first_token_seconds_created Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds_created gauge
+vllm:time_to_first_token_seconds_created{engine="0",model_name="q"} 1.7963e+09
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="q"} 40.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="q"} 1.7963e+09
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="q"} 100.0
+"""
+
+# SGLang's /metrics (--enable-metrics, two DP ranks): gauges per rank, the acceptance gauge, a
+# histogram, and a counter declared without _total (the parser names its sample with _total).
+SGLANG_METRICS = r"""# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{dp_rank="0",model_name="kimi",tp_rank="0"} 4.0
+sglang:num_running_reqs{dp_rank="1",model_name="kimi",tp_rank="0"} 0.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{dp_rank="0",model_name="kimi",tp_rank="0"} 1.0
+sglang:num_queue_reqs{dp_rank="1",model_name="kimi",tp_rank="0"} 1.0
+# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.
+# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{dp_rank="0",model_name="kimi",tp_rank="0"} 3.25
+sglang:spec_accept_length{dp_rank="1",model_name="kimi",tp_rank="0"} 3.75
+# HELP sglang:e2e_request_latency_seconds Histogram of End-to-end request latency in seconds
+# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_bucket{le="1.0",model_name="kimi"} 2.0
+sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="kimi"} 3.0
+sglang:e2e_request_latency_seconds_sum{model_name="kimi"} 4.5
+sglang:e2e_request_latency_seconds_count{model_name="kimi"} 3.0
+# HELP sglang:prompt_tokens Number of prefill tokens processed.
+# TYPE sglang:prompt_tokens counter
+sglang:prompt_tokens{model_name="kimi"} 9216
+"""
+
+
+def _values(samples, name: str) -> list[tuple[dict[str, str], float]]:
+    return [(s.labels, s.value) for s in samples if s.name == name]
+
+
+def test_parser_reads_a_vllm_metrics_page():
+    samples = parse_exposition(VLLM_METRICS)
+    running = _values(samples, "vllm:num_requests_running")
+    assert running == [({"engine": "0", "model_name": '/m/Qwen3 "8B" \\ fp8'}, 3.0)]
+    buckets = _values(samples, "vllm:time_to_first_token_seconds_bucket")
+    assert [(labels["le"], value) for labels, value in buckets] == [
+        ("0.04", 1.0), ("0.1", 5.0), ("+Inf", 7.0)]
+    assert _values(samples, "vllm:time_to_first_token_seconds_count")[0][1] == 7.0
+    assert _values(samples, "vllm:time_to_first_token_seconds_sum")[0][1] == 0.6125
+    assert counter_sum(samples, "vllm:spec_decode_num_drafts") == 40.0  # _created not summed
+    assert counter_sum(samples, VLLM_ACCEPTED) == 100.0
+    assert gauge_mean(samples, "vllm:num_requests_waiting") == 2.0
+    assert all(isinstance(s.value, float) for s in samples)
+
+
+def test_parser_reads_an_sglang_metrics_page():
+    samples = parse_exposition(SGLANG_METRICS)
+    assert gauge_mean(samples, "sglang:num_running_reqs") == 2.0
+    assert gauge_mean(samples, "sglang:spec_accept_length") == 3.5
+    assert accept_len("sglang", Scrape(), Scrape(samples)) == pytest.approx(3.5)
+    assert _values(samples, "sglang:e2e_request_latency_seconds_sum") == [
+        ({"model_name": "kimi"}, 4.5)]
+    assert _values(samples, "sglang:prompt_tokens_total") == [({"model_name": "kimi"}, 9216.0)]
+    assert counter_sum(samples, "sglang:prompt_tokens") == 9216.0
+
+
+def test_parser_reads_what_prometheus_client_writes():
+    """Both engines export through prometheus_client: its own output must read back exactly."""
+    registry = CollectorRegistry()
+    model = 'C:\\models\\qwen "fast"\nv2'
+    drafts = Counter("vllm:spec_decode_num_drafts", "drafts", ["model_name"], registry=registry)
+    drafts.labels(model).inc(12)
+    ttft = Histogram("vllm:time_to_first_token_seconds", "ttft", ["model_name"],
+                     buckets=(0.1, 1.0), registry=registry)
+    for seconds in (0.05, 0.5, 2.0):
+        ttft.labels(model).observe(seconds)
+    samples = parse_exposition(generate_latest(registry).decode())
+    assert _values(samples, "vllm:spec_decode_num_drafts_total") == [({"model_name": model}, 12.0)]
+    buckets = _values(samples, "vllm:time_to_first_token_seconds_bucket")
+    assert [(labels["le"], value) for labels, value in buckets] == [
+        ("0.1", 1.0), ("1.0", 2.0), ("+Inf", 3.0)]
+    assert _values(samples, "vllm:time_to_first_token_seconds_sum")[0][1] == pytest.approx(2.55)
+    assert _values(samples, "vllm:time_to_first_token_seconds_count")[0][1] == 3.0
+
+
+def test_malformed_lines_are_skipped_with_a_warning_and_the_rest_is_kept(caplog):
+    text = VLLM_METRICS.replace(
+        "# TYPE vllm:num_requests_waiting gauge",
+        '# TYPE vllm:num_requests_waiting gauge\nbroken{model_name="q" 1\n{,\t=#9-a')
+    samples = parse_exposition(text)
+    assert samples == parse_exposition(VLLM_METRICS)  # everything after the bad lines too
+    skipped = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(skipped) == 2 and "broken{" in skipped[0] and "{,\\t=#9-a" in skipped[1]
+    assert parse_exposition("") == [] and parse_exposition("# only a comment\n\n") == []
+
+
+def _metrics_client(text: str) -> httpx.Client:
+    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, text=text)))
+
+
+def test_the_drain_check_reads_vllm_and_sglang_pages():
+    with _metrics_client(VLLM_METRICS) as client:
+        assert busy_requests(client, "vllm") == 5.0  # 3 running + 2 waiting
+    with _metrics_client(SGLANG_METRICS) as client:
+        assert busy_requests(client, "sglang") == 3.0  # per-rank means: 2 running + 1 queued
+    with _metrics_client("not metrics at all\n") as client:
+        assert busy_requests(client, "vllm") is None
 
 
 def _scrape(text: str, server_info: dict | None = None) -> Scrape:
