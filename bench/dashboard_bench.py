@@ -5,20 +5,20 @@ performance model through the tuner's own Objective, recorded in our tables, and
 Optuna study in the same DB (so parameter importance runs on 1,000 trials too). Building it
 takes ~30 s, almost all of it Optuna's per-trial inserts; ``--db`` keeps it for the next run.
 
-    python bench/dashboard_bench.py [--trials 1000] [--repeats 3] [--db PATH] [--json OUT]
+    python bench/dashboard_bench.py [--trials 1000] [--repeats 3] [--db PATH] [--seed 0] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import optuna
+
+# tests/tuner_tests/test_dashboard.py loads this file by path, without bench/ on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Timer, arguments, host_line, samples, save_json, stat  # noqa: E402
 
 STUDY = "bench-dashboard"
 
@@ -60,38 +60,31 @@ def synthetic_study(folder: Path, n_trials: int, with_optuna: bool = True,
 def measure(url: str, out: Path, repeats: int) -> tuple[list[float], int]:
     from tuner.dashboard import write_report
 
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        write_report(url, STUDY, out)
-        times.append(time.perf_counter() - start)
+    times = samples(lambda: write_report(url, STUDY, out), repeats, warmup=0)
     return times, out.stat().st_size
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, repeats=3, seed=0)
     parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--db", type=Path, help="folder to keep the study in (reused if there)")
-    parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
     folder = args.db or Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    timer = Timer()
     if (folder / "results.db").exists():
         url, built = f"sqlite:///{folder / 'results.db'}", "reused"
     else:
-        url = synthetic_study(folder, args.trials)
-        built = f"built in {time.perf_counter() - start:.0f} s"
+        url = synthetic_study(folder, args.trials, seed=args.seed)
+        built = f"built in {timer.s:.0f} s"
     times, size = measure(url, folder / "report.html", args.repeats)
-    median = statistics.median(times)
-    result = {"trials": args.trials, "median_s": round(median, 3),
-              "runs_s": [round(t, 3) for t in times], "size_mb": round(size / 1e6, 2),
-              "study": built, "python": platform.python_version(), "cpu": platform.processor()}
+    median = stat(times).median
     print(f"dashboard report, {args.trials} trials: median {median:.2f} s over {args.repeats} "
           f"(target < 5 s), {size / 1e6:.1f} MB (target < 10 MB); study {built}")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(host_line(), file=sys.stderr)
+    save_json(args.json, {"trials": args.trials, "median_s": round(median, 3),
+                          "runs_s": [round(t, 3) for t in times],
+                          "size_mb": round(size / 1e6, 2), "study": built})
 
 
 if __name__ == "__main__":

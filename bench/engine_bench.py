@@ -25,15 +25,12 @@ round as served).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import statistics
-import time
-from pathlib import Path
+import sys
 
 import torch
 from engine_report import best_ddtree, print_tables
+from harness import arguments, host_line, samples, save_json, stat
 from kimi_slice import build_kimi_slice, experts_reached
 
 from dflash_core import (
@@ -68,10 +65,10 @@ FULL = dict(contexts=[1024, 4096, 16384], batches=[1, 4, 16], nodes=[1, 8, 16, 3
             tokens=256, block=16, budgets=[8, 16, 32, 64, 128], e2e_context=4096)
 
 
-def build_target(shape: str, device: str, dtype: torch.dtype) -> Target:
+def build_target(shape: str, device: str, dtype: torch.dtype, seed: int = 0) -> Target:
     if shape == "kimi-slice":
         return build_kimi_slice("meta" if device == "cpu" else device, dtype)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     with torch.device(device):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)  # allocate in the target dtype: an fp32 8B would not fit
@@ -96,15 +93,7 @@ def sync(device: str) -> None:
 
 def timed(fn, device: str, repeats: int = 5) -> float:
     """Median seconds of fn() after one warm-up."""
-    fn()
-    sync(device)
-    samples = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        sync(device)
-        samples.append(time.perf_counter() - began)
-    return statistics.median(samples)
+    return stat(samples(fn, repeats, sync=lambda: sync(device))).median
 
 
 def copy_bandwidth(device: str) -> float:
@@ -299,14 +288,13 @@ def _graph_run(engine: Engine, prompt, sampling, spec) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, seed=0)
     parser.add_argument("--shapes", choices=sorted([*SHAPES, "kimi-slice"]), default="tiny")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     parser.add_argument("--top1", type=float, default=0.86)
     parser.add_argument("--attention", choices=("fused", "reference"), default="fused",
                         help="attention kernels of the end-to-end runs (verify runs both)")
-    parser.add_argument("--json", type=Path, default=None)
     for name in ("contexts", "batches", "nodes", "budgets"):
         parser.add_argument(f"--{name}", type=_ints, default=None,
                             help=f"comma-separated, instead of the plan's {name}")
@@ -321,7 +309,7 @@ def main() -> None:
     # The Kimi slice is BF16 + INT4 as served; on a CPU it is only counted (meta device).
     cpu_default = "bfloat16" if args.shapes == "kimi-slice" else "float32"
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device != "cpu" else cpu_default))
-    target = build_target(args.shapes, args.device, dtype)
+    target = build_target(args.shapes, args.device, dtype, args.seed)
     result = {"shapes": args.shapes, "device": args.device, "dtype": str(dtype),
               "torch": torch.__version__, "copy_gb_s": round(copy_bandwidth(args.device), 1),
               "end_to_end_attention": args.attention, "end_to_end_context": plan["e2e_context"],
@@ -332,23 +320,14 @@ def main() -> None:
         row["of_copy"] = row["achieved_gb_s"] and round(row["achieved_gb_s"] / result["copy_gb_s"],
                                                         3)
         row["graph_of_copy"] = row["graph_gb_s"] and round(row["graph_gb_s"] / result["copy_gb_s"], 3)
-    save(result, args.json)  # a run cut short keeps what it measured
-    if args.shapes == "kimi-slice":  # a layer slice has no drafter to run end to end
-        result |= {"end_to_end": [], "best_ddtree": {}}
-        save(result, args.json)
-        print_tables(result)
-        return
-    result["end_to_end"] = end_to_end(target, plan["e2e_context"], plan["tokens"],
-                                      plan["block"], plan["budgets"], args.top1, args.device,
-                                      args.attention == "fused")
+    save_json(args.json, result)  # a run cut short keeps what it measured
+    result["end_to_end"] = [] if args.shapes == "kimi-slice" else end_to_end(  # no drafter
+        target, plan["e2e_context"], plan["tokens"], plan["block"], plan["budgets"], args.top1,
+        args.device, args.attention == "fused")
     result["best_ddtree"] = best_ddtree(result["end_to_end"])
-    save(result, args.json)
+    save_json(args.json, result)
     print_tables(result)
-
-
-def save(result: dict, path: Path | None) -> None:
-    if path:
-        path.write_text(json.dumps(result, indent=2))
+    print(host_line(), file=sys.stderr)
 
 
 def _ints(text: str) -> list[int]:
