@@ -18,7 +18,7 @@ from backends.perf_model.references import model_predictor
 from tuner import render
 from tuner.config import Config
 
-WITHIN = 0.25  # issue 15's target: a held-out level predicted within +-25%
+WITHIN = 0.25  # the target: a held-out level predicted within +-25%
 
 
 def calibrate_reference(name: str) -> Efficiency:

@@ -67,7 +67,7 @@ class NodeWrites:
 
     So a tree's rejected nodes never reach the cache and its accepted ones need no move: the
     round writes A nodes a row once instead of writing N and then moving the path down
-    (docs/BENCHMARKS.md, issue 18 ninth pass). Exact: a forward's layers read their prefix
+    (docs/BENCHMARKS.md, "Engine internals"). Exact: a forward's layers read their prefix
     before their own write and take the new tokens' K/V from the forward itself, so nothing in
     the forward ever reads a node it wrote. The attentions call `write(layer, slots, *values)`,
     the values being the stored tensors' in field order; the slots are not kept, since node i of

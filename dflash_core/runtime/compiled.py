@@ -9,8 +9,7 @@ compiles its graph: that is the warm-up, timed and counted here (`warmup_s`, `co
 benchmark can report it beside the rounds it paid for, and `LiveBatch.capture` can pay it
 before the first request, as a server captures its graphs.
 
-What a graph takes and leaves, and why (measured, docs/BENCHMARKS.md "torch.compile of the
-verify forward"):
+What a graph takes and leaves, and why (measured, docs/BENCHMARKS.md "Compiled rounds"):
 - Plain tensors in: the Step and the cache are rebuilt inside the graph, so their per-forward
   memos (Step.biases, the cache's layer views) are no side effects Dynamo replays per call.
 - No cache write inside: an in-place scatter into a graph input is functionalised, and on CPU
@@ -54,8 +53,8 @@ from dflash_core.speculation.tree import Tree
 BACKENDS = ("none", "inductor", "max-autotune", "eager")
 # Both Inductor modes freeze: the weights are constants of the graph (an engine never changes
 # them after load), so Inductor pre-packs each linear's weight once instead of per call. In bf16
-# on a CPU with AMX that is what reaches the AMX GEMMs (docs/BENCHMARKS.md, issue 18 sixth
-# pass); fp32 is unchanged. "max-autotune" also times Inductor's own GEMM kernels (C++ AMX / AVX
+# on a CPU with AMX that is what reaches the AMX GEMMs (docs/BENCHMARKS.md, "Compiled
+# rounds"); fp32 is unchanged. "max-autotune" also times Inductor's own GEMM kernels (C++ AMX / AVX
 # micro-kernels on a CPU, Triton on CUDA) against ATen's for each GEMM shape and keeps the
 # fastest: a longer warm-up for cheaper small GEMMs. Graphs are made under inference_mode (the
 # engine's), which freezing needs.

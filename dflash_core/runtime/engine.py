@@ -53,8 +53,8 @@ class EngineConfig:
     # kernels against ATen's) or "eager" (Dynamo tracing only); one fixed-shape graph per
     # shape. Off by default: on the tiny pair on CPU its rounds are faster, but its warm-up (an
     # Inductor compile of 10-25 s per shape) takes thousands of rounds to repay
-    # (docs/BENCHMARKS.md, issue 18). In fp32 its tokens are eager's; in bf16 a fused kernel
-    # rounds differently from eager's ops, so a near-tie may go the other way.
+    # (docs/BENCHMARKS.md, "Compiled rounds"). In fp32 its tokens are eager's; in bf16 a fused
+    # kernel rounds differently from eager's ops, so a near-tie may go the other way.
     compile: str = "none"
 
     def __post_init__(self) -> None:

@@ -116,8 +116,9 @@ def profile_rounds(batch: LiveBatch, rounds: int) -> RoundProfile:
     try:
         # Compiled parts run eagerly while counted: under a dispatch mode Dynamo would compile
         # them again for the mode, and the graphs it keeps then ran the later timed rounds
-        # 1.4-2.7x slower (the verify and the build, measured: docs/BENCHMARKS.md, issue 18 ninth
-        # pass). So the counts are each stage's eager ATen ops.
+        # 1.4-2.7x slower (the verify and the build, measured by a probe timing them before and
+        # after a counted pass; docs/BENCHMARKS.md, "Round profile"). So the counts are each
+        # stage's eager ATen ops.
         with torch.compiler.set_stance("force_eager"), counter:
             _, counted = _timed_rounds(batch, rounds)
     finally:

@@ -10,7 +10,7 @@ slots past a row's length are masked by its key-length bias.
 Read buckets are powers of two (from MIN_READ_BUCKET) below `context_bucket` and its multiples
 from there: a masked slot costs as much as a read one, so a short context in a 256-slot bucket
 paid for 256 (a DFlash round at 8 rows on the tiny pair, bf16, compiled: 1.24x the time of
-a 64-slot read at 256, 1.17x at 128; docs/BENCHMARKS.md, issue 18 eighth pass), while
+a 64-slot read at 256, 1.17x at 128; docs/BENCHMARKS.md, "Engine internals"), while
 long contexts keep the linear steps that bound the waste to one bucket.
 """
 

@@ -30,8 +30,8 @@ def deployment(python, speculative: bool = True, **target) -> Deployment:
 
 
 def server_processes() -> list[psutil.Process]:
-    """Live processes that a launch of this test session started (a server and its workers
-    carry the registry's token and this session's mark)."""
+    """Live processes that a launch of this pytest run started (a server and its workers
+    carry the registry's token and this run's mark)."""
     found = []
     for proc in psutil.process_iter():
         try:
