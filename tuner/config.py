@@ -64,14 +64,14 @@ class HardwareConfig(_Section):
     gpus: int = Field(8, ge=1)
 
 
-class ModelConfig(_Section):
+class ModelSection(_Section):
     # What the performance model reasons about: a catalog name or a path to an HF config.json.
     name: str = "kimi-k2.6"
     # The checkpoint path on the serving node, as it goes into the launch command.
     path: str = "/models/Kimi-K2.6"
 
 
-class DrafterConfig(_Section):
+class DrafterSection(_Section):
     path: str = "/models/Kimi-K2.6-DFlash"
     block_size: int = Field(8, ge=2)
     num_layers: int = Field(6, ge=1)
@@ -217,8 +217,8 @@ SERVER_ENGINES = {"sglang": "sglang", "vllm": "vllm", "serve": "dflash"}
 class Config(_Section):
     study: StudyConfig = StudyConfig()
     hardware: HardwareConfig = HardwareConfig()
-    model: ModelConfig = ModelConfig()
-    drafter: DrafterConfig | None = DrafterConfig()
+    model: ModelSection = ModelSection()
+    drafter: DrafterSection | None = DrafterSection()
     workload: WorkloadConfig = WorkloadConfig()
     backend: BackendConfig = BackendConfig()
     tuning: TuningConfig = TuningConfig()
