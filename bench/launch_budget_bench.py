@@ -9,24 +9,22 @@ Plain TPE: one launch per trial, the same SLA search inside each launch, the fin
 the best measured value (what a tuner that trusts single runs crowns). Launch-aware: the
 `tuning.strategy: launch_aware` path. Both are scored by the TRUE goodput of their choice.
 
-    python bench/launch_budget_bench.py [--seeds 10] [--tpe-budgets 20,40,80]
+    python bench/launch_budget_bench.py [--seeds 10] [--tpe-budgets 20,40,80] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
+from harness import Timer, arguments, host_line, save_json, stat, table  # noqa: E402
 
 from backends import LaunchParams  # noqa: E402
 from search_spaces import load_space  # noqa: E402
@@ -127,7 +125,7 @@ def launch_aware(cfg: Config) -> tuple[dict | None, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arguments(__doc__)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--noise", type=float, default=0.15)
     ap.add_argument("--launch-s", type=float, default=180.0)
@@ -137,15 +135,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="tuning.repeats of launch_aware")
     ap.add_argument("--tpe-budgets", default="24,48,96")
     ap.add_argument("--tolerance", type=float, default=0.03)
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore")
     tmp = Path(tempfile.mkdtemp())
     truth = Truth(config(0, args.noise, args.launch_s, "launch_aware", tmp / "t.db", 2))
-    began = time.perf_counter()
+    timer = Timer()
     optimum, opt_params = truth.optimum()
-    print(f"true optimum {optimum:,.0f} tok/s ({time.perf_counter() - began:.0f} s): "
+    print(f"true optimum {optimum:,.0f} tok/s ({timer.s:.0f} s): "
           f"{json.dumps(opt_params, sort_keys=True)}", file=sys.stderr)
     runs: dict[str, list[tuple[float, float]]] = {}
     for seed in range(args.seeds):
@@ -159,7 +156,7 @@ def main() -> None:
             params, launch_s = plain_tpe(cfg, budget)
             runs.setdefault(f"plain TPE ({budget} trials)", []).append(
                 (truth.value(params), launch_s))
-        print(f"seed {seed} done ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
+        print(f"seed {seed} done ({timer.s:.0f} s)", file=sys.stderr)
     optimum = max([optimum] + [v for rows in runs.values() for v, _ in rows])
     report(runs, optimum, args)
 
@@ -168,19 +165,18 @@ def report(runs, optimum: float, args) -> None:
     print(f"noise {args.noise:.0%} ({args.launch_share:.0%} of its variance per launch), "
           f"launch {args.launch_s:.0f} s, {args.seeds} seeds; "
           f"true optimum {optimum:,.0f} tok/s at the SLA")
-    print(f"| strategy | within {args.tolerance:.0%} of optimum | median true/opt | worst | "
-          "median launch time (h) |")
-    print("|---|---|---|---|---|")
-    table = {}
-    for name, rows in runs.items():
-        ratios = [v / optimum for v, _ in rows]
+    summary, rows = {}, []
+    for name, results in runs.items():
+        ratios = [v / optimum for v, _ in results]
         hits = sum(r >= 1 - args.tolerance for r in ratios)
-        hours = statistics.median(s for _, s in rows) / 3600
-        table[name] = {"hits": hits, "ratios": ratios, "launch_h": hours}
-        print(f"| {name} | {hits}/{len(rows)} | {statistics.median(ratios):.3f} | "
-              f"{min(ratios):.3f} | {hours:.1f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"optimum": optimum, "runs": table}, indent=2))
+        hours = stat([s for _, s in results]).median / 3600
+        summary[name] = {"hits": hits, "ratios": ratios, "launch_h": hours}
+        rows.append([name, f"{hits}/{len(results)}", f"{stat(ratios).median:.3f}",
+                     f"{min(ratios):.3f}", f"{hours:.1f}"])
+    print(table(["strategy", f"within {args.tolerance:.0%} of optimum", "median true/opt",
+                 "worst", "median launch time (h)"], rows))
+    print(host_line(), file=sys.stderr)
+    save_json(args.json, {"optimum": optimum, "runs": summary})
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@ the `model` backend (and so `dflash-tune run`) starts from.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import arguments, host_line, save_json  # noqa: E402
 
 from backends.perf_model.calibrate import SPEEDUP, Comparison, compare  # noqa: E402
 from backends.perf_model.constants import Efficiency  # noqa: E402
@@ -143,9 +143,8 @@ def print_report(sources, full, loso, old_rows, results, kv) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--starts", type=int, default=4, help="multi-start count of each fit")
-    parser.add_argument("--json", type=Path, metavar="OUT")
     parser.add_argument("--write", action="store_true",
                         help="store the all-sources fit as the shipped default")
     args = parser.parse_args(argv)
@@ -158,15 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     print_report(sources, full, loso, old_rows, results, kv)
     if args.write:
         print(f"\nwrote {write_fitted(full)}")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "constants": full.values,
-            "identified": [{"key": i.key, "value": i.value, "status": i.status}
-                           for i in full.identified],
-            "sources": {name: [{"name": r.name, "metric": r.metric, "observed": r.observed,
-                                "loso_predicted": r.predicted} for r in rows]
-                        for name, rows in loso.items()},
-            "checks": [{"check": t, "pass": ok} for t, ok in results]}, indent=2) + "\n")
+    print(host_line(), file=sys.stderr)
+    save_json(args.json, {
+        "constants": full.values,
+        "identified": [{"key": i.key, "value": i.value, "status": i.status}
+                       for i in full.identified],
+        "sources": {name: [{"name": r.name, "metric": r.metric, "observed": r.observed,
+                            "loso_predicted": r.predicted} for r in rows]
+                    for name, rows in loso.items()},
+        "checks": [{"check": t, "pass": ok} for t, ok in results]})
     return 0 if all(ok for _, ok in results) else 1
 
 

@@ -11,8 +11,6 @@ the measurements. Exit code 0 when every check passes, 1 when one fails, 2 for a
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +19,8 @@ try:
     import backends  # noqa: F401
 except ImportError:  # not installed: run from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import arguments, host_line, save_json, table
 
 from backends.perf_model.calibrate import Comparison
 from backends.perf_model.constants import Efficiency
@@ -69,11 +69,10 @@ def _status(ok: bool) -> str:
 
 def print_report(name: str, eff: Efficiency, rows: list[Comparison],
                  results: list[tuple[str, str]]) -> None:
-    width = max(len(r.name) for r in rows)
     print(f"model vs {name}  (output tok/s)\n")
-    print(f"{'observation':<{width}}  {'observed':>9}  {'predicted':>9}  {'ratio':>6}")
-    for r in rows:
-        print(f"{r.name:<{width}}  {r.observed:>9.1f}  {r.predicted:>9.1f}  {r.ratio:>6.3f}")
+    print(table(["observation", "observed", "predicted", "ratio"],
+                [[r.name, f"{r.observed:.1f}", f"{r.predicted:.1f}", f"{r.ratio:.3f}"]
+                 for r in rows]))
     print("\nfitted constants")
     for key, value in eff.as_dict().items():
         print(f"  {key:<22} {value:.4g}")
@@ -83,11 +82,9 @@ def print_report(name: str, eff: Efficiency, rows: list[Comparison],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--reference", default="pcie8_kimi_sglang",
                         help="shipped reference name or a reference YAML file")
-    parser.add_argument("--json", type=Path, metavar="OUT",
-                        help="also write the comparison, constants and checks as JSON")
     args = parser.parse_args(argv)
     try:
         eff, rows = calibrate(args.reference)
@@ -96,14 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = checks(eff, rows)
     print_report(args.reference, eff, rows, results)
-    if args.json:
-        args.json.write_text(json.dumps({
-            "reference": args.reference,
-            "observations": [{"name": r.name, "observed": r.observed, "predicted": r.predicted,
-                              "ratio": r.ratio} for r in rows],
-            "constants": eff.as_dict(),
-            "checks": [{"check": text, "status": status} for text, status in results],
-        }, indent=2) + "\n")
+    print(host_line(), file=sys.stderr)
+    save_json(args.json, {
+        "reference": args.reference,
+        "observations": [{"name": r.name, "observed": r.observed, "predicted": r.predicted,
+                          "ratio": r.ratio} for r in rows],
+        "constants": eff.as_dict(),
+        "checks": [{"check": text, "status": status} for text, status in results]})
     return 1 if any(status == "FAIL" for _, status in results) else 0
 
 

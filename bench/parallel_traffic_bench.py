@@ -10,19 +10,17 @@ milliseconds a round took here. It also checks that every run gave the single-de
 greedy tokens, and states what a tensor-parallel drafter would have added (the drafter is
 replicated).
 
-    python bench/parallel_traffic_bench.py [--max-tokens 24] [--json OUT]
+    python bench/parallel_traffic_bench.py [--max-tokens 24] [--seed 0] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from harness import Timer, arguments, host_line, save_json, table
 
 from dflash_core import SamplingParams, Spec, build_engine, load_models
 from dflash_core.models.random_checkpoint import write_random_pair
@@ -54,12 +52,12 @@ def run_layout(pair: tuple[Path, Path], tp: int, ep: int, max_tokens: int) -> li
         for spec in methods(block):
             with torch.inference_mode():
                 ranks.engine.generate(PROMPTS, sampling, spec)  # warm-up
-                began = time.perf_counter()
+                timer = Timer()
                 run = ranks.engine.generate(PROMPTS, sampling, spec)
             stats = run.stats
             rows.append(dict(tp=tp, ep=ep, method=spec.method, verify_tokens=spec.num_nodes,
                              rounds=stats.rounds, lossless=run.tokens == plain,
-                             round_ms=(time.perf_counter() - began) / stats.rounds * 1e3,
+                             round_ms=timer.s / stats.rounds * 1e3,
                              tau=stats.mean_acceptance,
                              per_round=stats.comm.per_round(stats.rounds),
                              tp_drafter_extra=_tp_drafter_all_reduces(drafter, spec)))
@@ -75,35 +73,35 @@ def _tp_drafter_all_reduces(drafter, spec: Spec) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, seed=0)
     parser.add_argument("--max-tokens", type=int, default=24)
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="traffic-bench-"))
     pairs = {"dense": (SHIPPED / "target", SHIPPED / "drafter"),
-             "MoE": write_random_pair("qwen3-moe", folder / "moe", seed=0),
-             "MLA": write_random_pair("deepseek-v3", folder / "mla", seed=0)}
+             "MoE": write_random_pair("qwen3-moe", folder / "moe", seed=args.seed),
+             "MLA": write_random_pair("deepseek-v3", folder / "mla", seed=args.seed)}
     rows = []
     for name, tp, ep in LAYOUTS:
         pair = pairs[name.split()[0]]
         rows += [dict(model=name, **row) for row in run_layout(pair, tp, ep, args.max_tokens)]
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
-          f"threads, torch {torch.__version__}; batch {len(PROMPTS)}, {args.max_tokens} tokens")
-    print("| model | layout | method | verify tokens/req | tau | all-reduce /round (KiB) "
-          "| all-gather /round (KiB) | broadcast /round (B) | TP drafter would add | "
-          "round ms (CPU) | lossless |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        pr = r["per_round"]
-        cell = {k: (f"{pr[k][0]:.1f} ({pr[k][1] / 1024:.1f})" if k in pr else "0")
-                for k in ("all_reduce", "all_gather")}
-        layout = f"TP{r['tp']}" + (f"+EP{r['ep']}" if r["ep"] > 1 else "")
-        print(f"| {r['model']} | {layout} | {r['method']} | {r['verify_tokens']} | "
-              f"{r['tau']:.2f} | {cell['all_reduce']} | {cell['all_gather']} | "
-              f"{pr.get('broadcast', (0, 0))[1]:.0f} | {r['tp_drafter_extra']} all-reduces | "
-              f"{r['round_ms']:.1f} | {r['lossless']} |")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+    print(f"batch {len(PROMPTS)}, {args.max_tokens} tokens")
+    print(table(["model", "layout", "method", "verify tokens/req", "tau",
+                 "all-reduce /round (KiB)", "all-gather /round (KiB)", "broadcast /round (B)",
+                 "TP drafter would add", "round ms (CPU)", "lossless"], [cells(r) for r in rows]))
+    print(host_line(), file=sys.stderr)
+    save_json(args.json, {"rows": rows})
+
+
+def cells(r: dict) -> list:
+    """One table row: per-round collectives as `count (KiB)`."""
+    pr = r["per_round"]
+    traffic = {k: (f"{pr[k][0]:.1f} ({pr[k][1] / 1024:.1f})" if k in pr else "0")
+               for k in ("all_reduce", "all_gather")}
+    layout = f"TP{r['tp']}" + (f"+EP{r['ep']}" if r["ep"] > 1 else "")
+    return [r["model"], layout, r["method"], r["verify_tokens"], f"{r['tau']:.2f}",
+            traffic["all_reduce"], traffic["all_gather"],
+            f"{pr.get('broadcast', (0, 0))[1]:.0f}", f"{r['tp_drafter_extra']} all-reduces",
+            f"{r['round_ms']:.1f}", r["lossless"]]
 
 
 if __name__ == "__main__":

@@ -34,17 +34,14 @@ runs one server of ours per dtype beside vLLM, all measured in turns.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
-import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
+from harness import (Timer, arguments, host_line, save_json, stat, table, turn_order,
+                     turn_ratios)
 
 from backends import Deployment, LaunchParams, Workload, get_backend, vllm_cpu
 from backends.flags import LaunchTarget
@@ -129,10 +126,10 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
         for server, (dep, params) in servers.items():
             runner = get_backend(dep.split()[0], deps[dep], requests_per_level=requests,
                                  warmup_requests=4)
-            began = time.perf_counter()
+            timer = Timer()
             launch = LaunchParams(**COMMON, **params)
             sessions[server] = stack.enter_context(runner.session(launch, workload))
-            print(f"  {server}: up in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+            print(f"  {server}: up in {timer.s:.0f} s", file=sys.stderr)
         stack.enter_context(pinned(client_cores))
         for repeat in range(repeats):
             for c in levels:
@@ -144,17 +141,6 @@ def measure(deps: dict[str, Deployment], servers: dict[str, tuple[str, dict]],
                                            f"{m.log_excerpt}")
                     out[engine][c].append((m.output_tok_s, m.accept_len_mean))
     return out
-
-
-def turn_order(servers: list[str], repeat: int) -> list[str]:
-    """The order of one repeat's turns: reversed every other repeat and rotated every two, so
-    each server follows each of the others in some repeat. A rotation alone keeps the cycle
-    (with A, B, C, B always follows A), and whatever one server leaves running after its
-    level falls on the next one's: vLLM's CPU engine stays busy on a core for about a second
-    after a level (issue 18, tenth pass), which until then always fell on our DDTree."""
-    shift = repeat // 2 % len(servers)
-    rotated = servers[shift:] + servers[:shift]
-    return rotated[::-1] if repeat % 2 else rotated
 
 
 def wait_quiet(idle: float = 0.9, window_s: float = 0.2, limit_s: float = 5.0) -> float:
@@ -182,12 +168,11 @@ def _cpu_ticks() -> list[int]:
 
 
 def summarise(runs: list[tuple[float, float | None]]) -> dict:
-    tok = [t for t, _ in runs]
+    tok = stat([t for t, _ in runs])
     accept = [a for _, a in runs if a is not None]
-    median = statistics.median(tok)
-    return {"tok_s": round(median, 1), "spread_pct": round(100 * (max(tok) - min(tok)) / median, 1),
-            "accept": round(statistics.median(accept), 2) if accept else None,
-            "runs": [round(t, 1) for t in tok]}
+    return {"tok_s": round(tok.median, 1), "spread_pct": round(100 * tok.spread, 1),
+            "accept": round(stat(accept).median, 2) if accept else None,
+            "runs": [round(t, 1) for t in tok.runs]}
 
 
 def run(args) -> list[dict]:
@@ -238,28 +223,26 @@ def servers(key: str, params: dict, ours: tuple[str, ...],
 def paired(ours: list[tuple[float, float | None]], theirs: list[tuple[float, float | None]],
            name: str) -> dict:
     """The median of per-repeat ratios of two servers measured in turns, and the ratios."""
-    ratios = [a / b for (a, _), (b, _) in zip(ours, theirs)]
-    return {name: round(statistics.median(ratios), 3),
-            f"{name}_runs": [round(r, 3) for r in ratios]}
+    ratios = turn_ratios([t for t, _ in ours], [t for t, _ in theirs])
+    return {name: round(ratios.median, 3), f"{name}_runs": [round(r, 3) for r in ratios.runs]}
 
 
-def table(rows: list[dict]) -> str:
+HEADER = ["method", "conc.", "serve dtype", "serve tok/s (spread)", "vLLM tok/s (spread)",
+          "serve / vLLM (per-repeat range)", "accept serve / vLLM", "our DFlash tok/s",
+          "serve / our DFlash (per-repeat range)"]
+
+
+def markdown(rows: list[dict]) -> str:
     """vLLM's column is vLLM serving the row's method, or DFlash b8 on a DDTree row."""
-    head = ("| method | conc. | serve dtype | serve tok/s (spread) | vLLM tok/s (spread) "
-            "| serve / vLLM (per-repeat range) | accept serve / vLLM "
-            "| our DFlash tok/s | serve / our DFlash (per-repeat range) |\n"
-            "|---|---|---|---|---|---|---|---|---|")
-    lines = [head]
-    for r in rows:
-        ours, theirs, dflash = r["serve"], r.get("vllm"), r.get("our_dflash")
-        lines.append(
-            f"| {r['method']} | {r['concurrency']} | {r['dtype']} "
-            f"| {_rate(ours)} | {_rate(theirs) if theirs else '-'} "
-            f"| {_ratio(r, 'ours_over_vllm') if theirs else '-'} "
-            f"| {ours['accept'] or '-'} / {(theirs and theirs['accept']) or '-'} "
-            f"| {_rate(dflash) if dflash else '-'} "
-            f"| {_ratio(r, 'over_our_dflash') if dflash else '-'} |")
-    return "\n".join(lines)
+    return table(HEADER, [_cells(r) for r in rows])
+
+
+def _cells(r: dict) -> list:
+    ours, theirs, dflash = r["serve"], r.get("vllm"), r.get("our_dflash")
+    return [r["method"], r["concurrency"], r["dtype"], _rate(ours),
+            _rate(theirs) if theirs else None, _ratio(r, "ours_over_vllm") if theirs else None,
+            f"{ours['accept'] or '-'} / {(theirs and theirs['accept']) or '-'}",
+            _rate(dflash) if dflash else None, _ratio(r, "over_our_dflash") if dflash else None]
 
 
 def _rate(summary: dict) -> str:
@@ -294,8 +277,7 @@ def pinned(cores: str | None):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = arguments(__doc__, repeats=5)
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--requests", type=int, default=32, help="per level and repeat")
     parser.add_argument("--methods", default="plain,dflash,ddtree",
@@ -324,24 +306,18 @@ def main() -> None:
     parser.add_argument("--client-cores", default=None,
                         help="pin this process (the load generator) to these cores, e.g. 1; "
                              "the servers keep every core")
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    began = time.perf_counter()
+    timer = Timer()
     rows = run(args)
-    print(table(rows))
+    print(markdown(rows))
     compiled = args.our_compile + (f" buckets {args.our_buckets}"
                                    if args.our_compile != "none" else "")
-    print(f"\n{platform.node()} {platform.machine()} "
-          f"({torch.backends.cpu.get_cpu_capability()}), {os.cpu_count()} cores, "
-          f"{args.repeats} repeats x {args.requests} requests, "
-          f"{vllm_setup(args)}, "
+    print(f"\n{args.repeats} repeats x {args.requests} requests, {vllm_setup(args)}, "
           f"ours in {args.our_dtype}, compile {compiled}, "
           f"our threads {args.our_threads or 'default'}, "
-          f"client cores {args.client_cores or 'all'}, "
-          f"{(time.perf_counter() - began) / 60:.1f} min", file=sys.stderr)
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "args": vars(args) | {"json": str(args.json)}},
-                                        indent=2))
+          f"client cores {args.client_cores or 'all'}, {timer.s / 60:.1f} min; {host_line()}",
+          file=sys.stderr)
+    save_json(args.json, {"rows": rows, "args": vars(args)})
 
 
 if __name__ == "__main__":

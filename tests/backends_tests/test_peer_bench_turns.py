@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).parents[2] / "bench" / "peer_bench.py"
@@ -13,7 +14,11 @@ BENCH = Path(__file__).parents[2] / "bench" / "peer_bench.py"
 def _peer_bench():
     spec = importlib.util.spec_from_file_location("peer_bench", BENCH)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(BENCH.parent))  # its `from harness import ...`, as when run there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH.parent))
     return module
 
 
