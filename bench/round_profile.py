@@ -5,10 +5,11 @@ on the pair's held-out prompts (greedy): each method gets an engine of its own, 
 `dflash-tune serve` builds it (so no method runs another's compiled graphs), rows are
 admitted, a few rounds warm it up, then `dflash_core.runtime.profile.profile_rounds` times
 `--rounds` rounds per stage and counts the ATen ops of as many more. With `--repeats R` the
-methods take turns R times (method A at every batch, B at every batch, A again, ...) and the
-table gives each stage's median over the repeats, plus each method's round time over the first
-method's at the same batch (the median of the per-repeat ratios): on a machine whose speed
-drifts, only ratios measured in turns mean anything. Op counts are deterministic.
+methods take turns R times (each at every batch, the order rotated and reversed between
+repeats: `harness.turn_order`) and the table gives each stage's median over the repeats, plus
+each method's round time over the first method's at the same batch (the median of the
+per-repeat ratios): on a machine whose speed drifts, only ratios measured in turns mean
+anything. Op counts are deterministic.
 
     python bench/round_profile.py [--rounds 10] [--batches 1,8] [--repeats 1] [--threads 1]
         [--compile inductor] [--json OUT]
@@ -16,15 +17,12 @@ drifts, only ratios measured in turns mean anything. Op counts are deterministic
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
-import statistics
 import sys
 from pathlib import Path
 
 import torch
+from harness import arguments, host_line, save_json, stat, table, turn_ratios, turns
 
 from dflash_core import SamplingParams, Spec, build_engine, load_models
 from dflash_core.runtime.profile import RoundProfile, StageProfile, profile_rounds
@@ -61,48 +59,40 @@ def median_profile(runs: list[RoundProfile]) -> RoundProfile:
     median = RoundProfile(runs[0].rounds, top_ops=runs[0].top_ops)
     for stage, first in runs[0].stages.items():
         parts = [r.stages[stage] for r in runs if stage in r.stages]
-        median.stages[stage] = StageProfile(statistics.median(p.wall_ms for p in parts),
-                                            first.ops, statistics.median(p.op_ms for p in parts))
+        median.stages[stage] = StageProfile(stat([p.wall_ms for p in parts]).median,
+                                            first.ops, stat([p.op_ms for p in parts]).median)
     return median
 
 
-def table(results: dict[tuple[str, int], list[RoundProfile]]) -> str:
-    lines = ["| method | batch | stage | wall ms | ATen ops | in-op ms | host ms |",
-             "|---|---|---|---|---|---|---|"]
-    for (method, b), runs in results.items():
-        prof = median_profile(runs)
-        for stage, s in [*prof.stages.items(), ("round total", prof.total)]:
-            lines.append(f"| {method} | {b} | {stage} | {s.wall_ms:.2f} | {s.ops:.0f} | "
-                         f"{s.op_ms:.2f} | {s.host_ms:.2f} |")
-    return "\n".join(lines)
+def stages(medians: dict[tuple[str, int], RoundProfile]) -> str:
+    rows = [[method, b, stage, f"{s.wall_ms:.2f}", f"{s.ops:.0f}", f"{s.op_ms:.2f}",
+             f"{s.host_ms:.2f}"]
+            for (method, b), prof in medians.items()
+            for stage, s in [*prof.stages.items(), ("round total", prof.total)]]
+    return table(["method", "batch", "stage", "wall ms", "ATen ops", "in-op ms", "host ms"], rows)
 
 
 def ratios(results: dict[tuple[str, int], list[RoundProfile]], methods: list[str]) -> str:
     """Round wall time over the first method's at the same batch: the median of the per-repeat
     ratios, with their range."""
-    lines = [f"| method | batch | round ms / {methods[0]}'s (per-repeat range) |", "|---|---|---|"]
-    for (method, b), runs in results.items():
-        base = results[methods[0], b]
-        each = [r.total.wall_ms / f.total.wall_ms for r, f in zip(runs, base)]
-        lines.append(f"| {method} | {b} | {statistics.median(each):.2f} "
-                     f"({min(each):.2f}-{max(each):.2f}) |")
-    return "\n".join(lines)
+    rows = [[method, b, turn_ratios([r.total.wall_ms for r in runs],
+                                    [f.total.wall_ms for f in results[methods[0], b]]
+                                    ).range_cell()]
+            for (method, b), runs in results.items()]
+    return table(["method", "batch", f"round ms / {methods[0]}'s (per-repeat range)"], rows)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, repeats=1)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--methods", default="plain,dflash b8,ddtree b8 budget 32",
                         help=f"comma list of {list(SPECS)}")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="the methods take turns this many times; medians are reported")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--compile", default="none", help="EngineConfig.compile")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads; on a shared 2-core machine 2 threads spin-wait "
                              "on each other and a round costs ~10x (measured)")
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pair = ensure_pair()
@@ -119,28 +109,23 @@ def main() -> None:
     results: dict[tuple[str, int], list[RoundProfile]] = {(m, b): [] for m in methods
                                                           for b in batches}
     with torch.inference_mode():
-        for _ in range(args.repeats):
-            for method in methods:
-                for b in batches:
-                    results[method, b].append(
-                        profile(engines[method], SPECS[method], b, args.rounds, ids))
-    print(table(results))
+        for _, method in turns(methods, args.repeats):
+            for b in batches:
+                results[method, b].append(
+                    profile(engines[method], SPECS[method], b, args.rounds, ids))
+    medians = {key: median_profile(runs) for key, runs in results.items()}
+    print(stages(medians))
     if len(methods) > 1:
         print()
         print(ratios(results, methods))
-    print(f"\n{platform.node()} {platform.machine()}, {torch.get_num_threads()} threads, "
-          f"load {os.getloadavg()[0]:.1f}, {args.repeats} repeats x {args.rounds} rounds timed "
-          f"+ {args.rounds} counted, "
-          f"{args.dtype}, compile={args.compile}", file=sys.stderr)
-    medians = {key: median_profile(runs) for key, runs in results.items()}
+    print(f"\n{args.repeats} repeats x {args.rounds} rounds timed + {args.rounds} counted, "
+          f"{args.dtype}, compile={args.compile}; {host_line()}", file=sys.stderr)
     for key, prof in medians.items():
         print(f"{key}: top ops {[(s, o, round(n, 1)) for s, o, n in prof.top_ops[:6]]}",
               file=sys.stderr)
-    if args.json:
-        args.json.write_text(json.dumps(
-            {f"{m} b{b}": {s: {"wall_ms": p.wall_ms, "ops": p.ops, "op_ms": p.op_ms}
-                           for s, p in prof.stages.items()} for (m, b), prof in medians.items()},
-            indent=2))
+    save_json(args.json, {"args": vars(args), "profiles": {
+        f"{m} b{b}": {s: {"wall_ms": p.wall_ms, "ops": p.ops, "op_ms": p.op_ms}
+                      for s, p in prof.stages.items()} for (m, b), prof in medians.items()}})
 
 
 if __name__ == "__main__":

@@ -20,15 +20,9 @@ Criterion: TPE's median over seeds at 40 trials >= 0.98. Exit code 0 always (a m
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
-import os
-import platform
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +31,7 @@ from pathlib import Path
 
 import optuna
 import yaml
+from harness import Timer, arguments, host_line, save_json, stat
 
 from backends import Workload
 from tuner.params import parse
@@ -111,13 +106,13 @@ def _grid_shard(args: tuple[int, int, int]) -> tuple[int, float, dict | None]:
 
 
 def grid_optimum(max_points: int) -> dict:
-    start = time.perf_counter()
+    timer = Timer()
     with multiprocessing.get_context("fork").Pool(PROCESSES) as pool:
         shards = pool.map(_grid_shard, [(k, PROCESSES, max_points) for k in range(PROCESSES)])
     _, best, params = max(shards, key=lambda s: s[1])
     levels = (1, Config().workload.target_concurrency)
     return {"max_points_per_param": max_points, "size": sum(s[0] for s in shards), "levels": levels,
-            "optimum": best, "params": params, "seconds": time.perf_counter() - start}
+            "optimum": best, "params": params, "seconds": timer.s}
 
 
 def run_one(label: str, seed: int, trials: int, tmp: str) -> list[records.TrialRecord]:
@@ -164,7 +159,7 @@ def sampler_runs(label: str, seeds: int, trials: int, optimum: float) -> dict:
         best, params = best_within(rows, trials, cfg)
         ratio = {k: best_within(rows, k, cfg)[0] / optimum for k in ks}
         per_seed.append({"seed": seed, "ratio": ratio, "best": best, "params": params})
-    median = {k: statistics.median(s["ratio"][k] for s in per_seed) for k in ks}
+    median = {k: stat([s["ratio"][k] for s in per_seed]).median for k in ks}
     return {"sampler": label, "median": median, "seeds": per_seed}
 
 
@@ -196,16 +191,14 @@ def _fmt(params: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--max-points", type=int, default=8, help="grid points per numeric param")
     parser.add_argument("--samplers", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--json", type=Path, metavar="OUT", help="also write every number")
     args = parser.parse_args(argv)
-    start = time.perf_counter()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, optuna {optuna.__version__}")
+    timer = Timer()
+    print(f"{host_line()}, optuna {optuna.__version__}", file=sys.stderr)
     grid = grid_optimum(args.max_points)
     results = [sampler_runs(s, args.seeds, args.trials, grid["optimum"]) for s in args.samplers]
     print_report(grid, results, args.trials)
@@ -213,10 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     holds = tpe is not None and tpe >= CRITERION
     print(f"\ncriterion (tpe median at {args.trials} trials >= {CRITERION}): "
           f"{'HOLDS' if holds else 'MISSED'} ({tpe if tpe is None else round(tpe, 3)})")
-    print(f"total runtime: {time.perf_counter() - start:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps({"grid": grid, "samplers": results, "criterion": CRITERION,
-                                         "holds": holds}, indent=2) + "\n")
+    print(f"total runtime: {timer.s:.0f} s")
+    save_json(args.json, {"grid": grid, "samplers": results, "criterion": CRITERION,
+                          "holds": holds})
     return 0
 
 

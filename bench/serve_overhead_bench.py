@@ -4,9 +4,9 @@ All run the same engine configuration on the same prompts at the same concurrenc
 sides go through a real server, the async load generator and streaming HTTP: "serve" as shipped
 (the engine in its own process, the HTTP front end in another) and "serve thread" with
 `--engine-thread` (both in one process, as before issue 18's split). Repeats alternate the
-three so drift hits all; medians are reported. CPU only (where this project's CI
-runs), so absolute tok/s say little; the ratio is the point (issue 6 target: serve >= 85% of
-in-process at concurrency 8).
+three so drift hits all; medians are reported, the ratios as medians of per-repeat ratios. CPU
+only (where this project's CI runs), so absolute tok/s say little; the ratio is the point
+(issue 6 target: serve >= 85% of in-process at concurrency 8).
 
     python bench/serve_overhead_bench.py [--repeats 3] [--concurrency 8] [--configs plain,...]
         [--json OUT]
@@ -14,15 +14,9 @@ in-process at concurrency 8).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import statistics
-import time
-from pathlib import Path
+import sys
 
-import torch
+from harness import Timer, arguments, host_line, save_json, stat, table, turn_ratios, turns
 
 from backends import Deployment, LaunchParams, Workload, get_backend
 from backends.flags import LaunchTarget
@@ -64,55 +58,54 @@ def run(repeats: int, concurrency: int, requests: int, configs: list[str]) -> li
         params = CONFIGS[name]
         tok_s: dict[str, list[float]] = {kind: [] for kind in backends}
         accept: dict[str, list[float]] = {kind: [] for kind in backends}
-        for _ in range(repeats):
-            for kind, backend in backends.items():
-                (m,) = backend.measure(LaunchParams(**params), workload)
-                assert m.ok, m.log_excerpt
-                tok_s[kind].append(m.output_tok_s)
-                accept[kind].append(m.accept_len_mean or 1.0)
-        inproc, serve, thread = (statistics.median(tok_s[k]) for k in backends)
-        rows.append({"config": name, "inprocess_tok_s": round(inproc, 1),
-                     "serve_tok_s": round(serve, 1), "ratio": round(serve / inproc, 3),
-                     "thread_tok_s": round(thread, 1), "thread_ratio": round(thread / inproc, 3),
-                     "accept_inprocess": round(statistics.median(accept["inprocess"]), 2),
-                     "accept_serve": round(statistics.median(accept["serve"]), 2),
-                     "ratios_each_repeat": [round(s / i, 3) for s, i in
-                                            zip(tok_s["serve"], tok_s["inprocess"])],
-                     "thread_ratios_each_repeat": [round(s / i, 3) for s, i in
-                                                   zip(tok_s["serve thread"],
-                                                       tok_s["inprocess"])]})
+        for _, kind in turns(list(backends), repeats):
+            (m,) = backends[kind].measure(LaunchParams(**params), workload)
+            assert m.ok, m.log_excerpt
+            tok_s[kind].append(m.output_tok_s)
+            accept[kind].append(m.accept_len_mean or 1.0)
+        rows.append(summary(name, tok_s, accept))
     return rows
 
 
+def summary(name: str, tok_s: dict[str, list[float]], accept: dict[str, list[float]]) -> dict:
+    """One config's row: median tok/s of each side, and serve / in-process as the median of
+    the per-repeat ratios (with those ratios)."""
+    inproc, serve, thread = (stat(tok_s[k]).median for k in ("inprocess", "serve", "serve thread"))
+    ratio = turn_ratios(tok_s["serve"], tok_s["inprocess"])
+    thread_ratio = turn_ratios(tok_s["serve thread"], tok_s["inprocess"])
+    return {"config": name, "inprocess_tok_s": round(inproc, 1),
+            "serve_tok_s": round(serve, 1), "ratio": round(ratio.median, 3),
+            "thread_tok_s": round(thread, 1), "thread_ratio": round(thread_ratio.median, 3),
+            "accept_inprocess": round(stat(accept["inprocess"]).median, 2),
+            "accept_serve": round(stat(accept["serve"]).median, 2),
+            "ratios_each_repeat": [round(r, 3) for r in ratio.runs],
+            "thread_ratios_each_repeat": [round(r, 3) for r in thread_ratio.runs]}
+
+
 def markdown(rows: list[dict], concurrency: int) -> str:
-    lines = [f"| config (concurrency {concurrency}) | in-process tok/s | serve tok/s | "
-             "serve / in-process | serve thread tok/s | thread / in-process | tau in-process | "
-             "tau serve | ratio per repeat (serve; thread) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['config']} | {r['inprocess_tok_s']} | {r['serve_tok_s']} | {r['ratio']} | "
-              f"{r['thread_tok_s']} | {r['thread_ratio']} | {r['accept_inprocess']} | "
-              f"{r['accept_serve']} | {r['ratios_each_repeat']}; "
-              f"{r['thread_ratios_each_repeat']} |" for r in rows]
-    return "\n".join(lines)
+    return table([f"config (concurrency {concurrency})", "in-process tok/s", "serve tok/s",
+                  "serve / in-process", "serve thread tok/s", "thread / in-process",
+                  "tau in-process", "tau serve", "ratio per repeat (serve; thread)"],
+                 [[r["config"], r["inprocess_tok_s"], r["serve_tok_s"], r["ratio"],
+                   r["thread_tok_s"], r["thread_ratio"], r["accept_inprocess"],
+                   r["accept_serve"],
+                   f"{r['ratios_each_repeat']}; {r['thread_ratios_each_repeat']}"]
+                  for r in rows])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = arguments(__doc__, repeats=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    began = time.perf_counter()
+    timer = Timer()
     rows = run(args.repeats, args.concurrency, args.requests, args.configs.split(","))
     print(markdown(rows, args.concurrency))
     print(f"\n{args.requests} requests x 64 in / 64 out tokens per measurement, medians of "
-          f"{args.repeats} alternating repeats; {platform.machine()}, "
-          f"{torch.get_num_threads()} threads; load {os.getloadavg()[0]:.1f} at the end; "
-          f"{time.perf_counter() - began:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+          f"{args.repeats} alternating repeats, {timer.s:.0f} s; at the end {host_line()}",
+          file=sys.stderr)
+    save_json(args.json, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":
