@@ -27,8 +27,7 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
-"$python" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
-    >>"$out/gpu.txt" 2>&1
+"$python" bench/harness.py >>"$out/gpu.txt" 2>&1  # the host line every benchmark prints
 cat "$out/gpu.txt"
 step pytest_gpu 120 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests \
     --ignore tests/dflash_core_tests/test_parallel_graphs.py
