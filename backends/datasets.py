@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends.errors import UserError
 
-class DatasetError(ValueError):
+
+class DatasetError(UserError):
     """A prompt file that cannot be read; the message names the file and the line or entry."""
 
 

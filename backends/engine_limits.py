@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from backends.flags.dflash import FLAGS
+from backends.errors import UserError
+from backends.launch_params import InvalidParams
 
 # A verify of more tokens than the longest context costs more than prefilling that context;
 # past this many nodes a tree can no longer pay for itself (trees worth tuning hold tens to
@@ -46,7 +47,7 @@ def estimate(target: Any, drafter: Any | None, spec: Any, batch: int, max_contex
     kv = _kv_bytes(target, slots, elem_bytes)
     if drafter is not None:
         kv += _kv_bytes(drafter.layers, slots, elem_bytes)
-    width = min(spec.topk or spec.budget, spec.budget, target.vocab_size)
+    width = min(spec.tree_width, target.vocab_size)
     scores = 2 * FP32 * batch * target.num_attention_heads * nodes * (max_context + nodes)
     logits = FP32 * batch * nodes * target.vocab_size
     tree = batch * (2 * nodes * nodes + 3 * INT64 * nodes * width)  # ancestor mask, candidates
@@ -57,21 +58,25 @@ def _kv_bytes(cfg: Any, slots: int, elem_bytes: int) -> int:
     return cfg.num_hidden_layers * slots * cfg.cached_values_per_token * elem_bytes
 
 
+class WontFit(UserError):
+    """The engine would need more memory than the device has free."""
+
+
 def check_fits(target: Any, drafter: Any | None, spec: Any, batch: int, max_context: int,
                elem_bytes: int, free_bytes: int) -> None:
-    """A ValueError naming the option to lower when the tree budget is past the cap, or the
-    engine would need more memory than ``free_bytes``."""
+    """InvalidParams when the tree budget is past the cap, WontFit when the engine would need
+    more memory than ``free_bytes``; each names the knob to lower."""
     cap = max(MIN_BUDGET_CAP, max_context)
-    budget_flag, width_flag = FLAGS["speculative_ddtree_budget"], FLAGS["speculative_ddtree_topk"]
     if spec.method == "ddtree" and spec.budget > cap:
-        raise ValueError(f"{budget_flag} {spec.budget} is past the largest tree the engine "
-                         f"verifies, {cap} nodes (the larger of {MIN_BUDGET_CAP} and the longest "
-                         f"context, {max_context} tokens): a bigger verify costs more than "
-                         "prefilling the whole context")
+        raise InvalidParams(
+            f"speculative_ddtree_budget {spec.budget} is past the largest tree the engine "
+            f"verifies, {cap} nodes (the larger of {MIN_BUDGET_CAP} and the longest context, "
+            f"{max_context} tokens): a bigger verify costs more than prefilling the whole context")
     need = estimate(target, drafter, spec, batch, max_context, elem_bytes)
     if need.total > free_bytes:
-        tree = f"{budget_flag}, {width_flag}, " if spec.method == "ddtree" else ""
-        raise ValueError(f"the engine would need about {need.total / GB:.1f} GB (KV cache "
-                         f"{need.kv_cache / GB:.1f} GB, one verify round {need.verify / GB:.1f} "
-                         f"GB) and {free_bytes / GB:.1f} GB are free: lower {tree}the prompts "
-                         "or --max-tokens")
+        tree = "speculative_ddtree_budget, " if spec.method == "ddtree" else ""
+        raise WontFit(
+            f"the engine would need about {need.total / GB:.1f} GB (KV cache "
+            f"{need.kv_cache / GB:.1f} GB, one verify round {need.verify / GB:.1f} GB) and "
+            f"{free_bytes / GB:.1f} GB are free: lower {tree}the running requests, the "
+            "prompts or the tokens to generate")

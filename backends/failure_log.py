@@ -26,6 +26,8 @@ _PATTERNS: tuple[tuple[FailureClass, str], ...] = (
     (FailureClass.OOM, r"KV cache is needed, which is larger than the available KV cache memory"),
     # Host memory (CPU engines): torch's allocator, the C++ runtime, Python.
     (FailureClass.OOM, r"DefaultCPUAllocator:\s+can't allocate memory|std::bad_alloc|MemoryError"),
+    # Our engine's own refusal, before it allocates (backends.engine_limits).
+    (FailureClass.OOM, r"(?m)^(?:[\w.]+\.)?WontFit:"),
     (FailureClass.PORT_IN_USE, r"Address already in use|EADDRINUSE|\[Errno 98\]"),
     (FailureClass.UNSUPPORTED, r"NotImplementedError|Unknown speculative algorithm"),
     (FailureClass.UNSUPPORTED, _ERROR_LINE + r"(?:not (?:yet )?supported|\bunsupported\b)"),
@@ -33,6 +35,9 @@ _PATTERNS: tuple[tuple[FailureClass, str], ...] = (
     (FailureClass.INVALID_CONFIG, r"invalid choice|error: the following arguments are required"),
     (FailureClass.INVALID_CONFIG, r"ValidationError: \d+ validation errors? for"),
     (FailureClass.INVALID_CONFIG, r"(?m)^(?:[\w.]+\.)?ValueError:"),
+    # Our engine's user errors (backends.errors.UserError and its kinds).
+    (FailureClass.INVALID_CONFIG,
+     r"(?m)^(?:[\w.]+\.)?(?:UserError|InvalidParams|UnsupportedParams|CheckpointError):"),
     (FailureClass.TRANSIENT, r"Connection reset by peer|ConnectionResetError|ECONNRESET"),
     (FailureClass.TRANSIENT, r"Temporary failure in name resolution"),
 )

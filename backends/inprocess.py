@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from backends.base import Backend, refusals
-from backends.contract import LaunchFailed, Measurement, Workload
+from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
-from backends.failure_log import classify
+from backends.engine_builder import Checkpoints, EngineRuntime, open_engine
+from backends.engine_limits import WontFit
+from backends.errors import UserError
 from backends.flags import render_command
 from backends.latency import LevelResult, RequestResult
-from backends.launch_params import LaunchParams, to_spec
+from backends.launch_params import LaunchParams
 from backends.prompts import prompt_set
 from backends.session import Session
 
@@ -51,46 +54,21 @@ class InProcessBackend(Backend):
             self.flags(launch)  # what the server could not express, this cannot run either
         with contextlib.ExitStack() as stack:
             try:
-                engine, spec = self._engine(launch, workload, stack)
-                engine.check_spec(spec)  # e.g. a block above the drafter's fails here, not later
-                if engine.config.fixed_shapes:  # part of the launch, as a server's capture is
-                    _capture(engine, spec, workload)
-            except Exception as error:  # the engine's own failure: classified like a server log
-                text = f"{type(error).__name__}: {error}"
-                raise LaunchFailed(classify(None, text), text) from error
-            session = _EngineSession(self, engine, spec, workload)
+                opened = stack.enter_context(open_engine(
+                    launch, self._checkpoints(), EngineRuntime(self.device, self.dtype),
+                    max_context=workload.input_len + workload.output_len + 1,
+                    models=self._load))
+                if opened.engine.config.fixed_shapes:  # part of the launch, as a capture is
+                    _capture(opened.engine, opened.spec, workload)
+            except Exception as error:
+                raise LaunchFailed(failure_of(error), _text(error)) from error
+            session = _EngineSession(self, opened.engine, opened.spec, workload)
             session.clock.launch_s = time.perf_counter() - began
             yield session
 
-    def _engine(self, launch: LaunchParams, workload: Workload, stack: contextlib.ExitStack):
-        """The engine for ``launch``: on this process, or rank 0's of tp_size ranks (which
-        `stack` stops)."""
-        from dflash_core import build_engine
-
-        spec = to_spec(launch, self._drafter_block())
-        limits = dict(max_batch=launch.max_running_requests,
-                      max_context=workload.input_len + workload.output_len + 1,
-                      max_tree_nodes=spec.num_nodes, batch_buckets=launch.capture_batch_sizes)
-        if launch.tp_size == 1:
-            target, drafter = self._load()
-            return build_engine(target, drafter if launch.speculative else None, **limits), spec
-        from dflash_core.parallel.layout import Layout
-        from dflash_core.parallel.ranks import EngineRecipe, Ranks
-
+    def _checkpoints(self) -> Checkpoints:
         t = self.deployment.target
-        ranks = Ranks(EngineRecipe(t.model_path, t.drafter_path if launch.speculative else None,
-                                   Layout(launch.tp_size, launch.ep_size), self.dtype,
-                                   self.device, limits))
-        stack.callback(ranks.close)
-        return ranks.engine, spec
-
-    def _drafter_block(self) -> int | None:
-        """The drafter's block size from its config alone: over several ranks this process
-        loads no full model, only rank 0's shard."""
-        from dflash_core.models.config import DrafterConfig, read_config
-
-        path = self.deployment.target.drafter_path
-        return DrafterConfig.from_dict(read_config(path)).block_size if path else None
+        return Checkpoints(Path(t.model_path), t.drafter_path and Path(t.drafter_path))
 
     def _load(self):
         if self._models is None:  # loaded once, kept across launches
@@ -100,6 +78,27 @@ class InProcessBackend(Backend):
             self._models = load_models(t.model_path, t.drafter_path, self.dtype, self.device)
         return self._models
 
+
+def failure_of(error: BaseException) -> FailureClass:
+    """The failure class of an exception out of the engine, by its type: a launch the user can
+    fix is invalid_config (oom when it cannot fit), running out of memory is oom, and anything
+    else is a crash (an engine bug must stop a study, not steer it away)."""
+    if isinstance(error, WontFit) or _out_of_memory(error):
+        return FailureClass.OOM
+    if isinstance(error, UserError):
+        return FailureClass.INVALID_CONFIG
+    return FailureClass.CRASH
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
+
+
+def _text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def _capture(engine, spec, workload: Workload) -> None:
@@ -117,11 +116,11 @@ class _EngineSession(Session):
         super().__init__()
         self.backend, self.engine, self.spec, self.warm = backend, engine, spec, False
         if workload.request_rate is not None:
-            raise ValueError("the in-process backend measures closed loops only; "
+            raise UserError("the in-process backend measures closed loops only; "
                              "workload.request_rate needs a server backend")
         prompts = prompt_set(workload, backend.deployment.target.model_path, 64, backend.seed)
         if not all(isinstance(p, list) for p in prompts.prompts):
-            raise ValueError(f"{prompts.source}: the in-process engine takes token ids, and "
+            raise UserError(f"{prompts.source}: the in-process engine takes token ids, and "
                              "the target has no tokenizer.json to make them from text")
         # No stop tokens: every request produces exactly its max_tokens, like ignore_eos.
         sampling = SamplingParams(temperature=workload.temperature,
@@ -139,8 +138,7 @@ class _EngineSession(Session):
             total = requests or b.requests_per_level or max(2 * concurrency, 8)
             return self._closed_loop(concurrency, total).measurement()
         except Exception as error:
-            text = f"{type(error).__name__}: {error}"
-            return Measurement.failed(concurrency, classify(None, text), text)
+            return Measurement.failed(concurrency, failure_of(error), _text(error))
 
     def _closed_loop(self, concurrency: int, total: int) -> LevelResult:
         import torch

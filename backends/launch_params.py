@@ -12,11 +12,13 @@ the speculation knobs without their prefix (``speculative_ddtree_topk`` -> ``Spe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from backends.errors import UserError
 from dflash_core.speculation.spec import METHODS as SPECULATIVE_ALGORITHMS
-from dflash_core.speculation.spec import Spec, budget_at_rows, spec_for
+from dflash_core.speculation.spec import (Spec, budget_at_rows, check_tree_caps, spec_for,
+                                          tree_shape)
 
 GRAPH_LADDERS = ("pow2", "dense")
 # The knobs a running engine could switch (everything else is fixed by the launch), in the
@@ -25,35 +27,61 @@ SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
                      "speculative_ddtree_budget", "speculative_ddtree_topk",
                      "speculative_ddtree_max_depth", "speculative_ddtree_round_tokens")
 # What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
-_ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float)}
+_ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float),
+           "tuple[int, ...]": (tuple,)}
 
 
-class InvalidParams(ValueError):
+class InvalidParams(UserError):
     """A parameter combination no engine can launch."""
+
+
+def _knob(default: Any, help: str) -> Any:
+    """A field with its command-line help (the engine and estimate options are made from it)."""
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass(slots=True, frozen=True)
 class LaunchParams:
-    tp_size: int = 8
-    dp_size: int = 1
-    ep_size: int = 1
-    enable_dp_attention: bool = False
-    speculative_algorithm: str = "none"
+    tp_size: int = _knob(8, "Tensor-parallel ranks the target is split over (attention heads, "
+                            "MLPs, vocabulary).")
+    dp_size: int = _knob(1, "Data-parallel replicas of the tp group.")
+    ep_size: int = _knob(1, "Expert groups among the tp ranks (divides tp_size): routed experts "
+                            "split over them.")
+    enable_dp_attention: bool = _knob(False, "Attention data-parallel over the tp group.")
+    speculative_algorithm: str = _knob("none", "Speculation method: none, dflash or ddtree.")
     # Tokens verified per DFlash step including the anchor (SGLang's meaning of the block size);
     # vLLM's num_speculative_tokens is this minus one.
-    speculative_dflash_block_size: int = 8
+    speculative_dflash_block_size: int = _knob(8, "DFlash block: tokens verified per round, "
+                                                  "anchor included (at most the drafter's).")
     # Non-root tree nodes; verify window is budget + 1.
-    speculative_ddtree_budget: int = 16
-    speculative_ddtree_topk: int = 4
-    speculative_ddtree_max_depth: int = 7
-    # Verify tokens a round may spend over all its running requests (0 = no cap): with more
-    # requests each gets a smaller tree (budget_at_rows), never smaller than the chain.
-    speculative_ddtree_round_tokens: int = 0
-    cuda_graph: bool = True
-    cuda_graph_max_bs: int = 32
-    cuda_graph_bs_ladder: str = "dense"
-    max_running_requests: int = 48
-    mem_fraction_static: float = 0.88
+    speculative_ddtree_budget: int = _knob(16, "DDTree node budget (root excluded); a round "
+                                               "verifies budget + 1 tokens a request.")
+    # None is "no cap" for the three tree caps; `tree_width` / `tree_depth` resolve them.
+    speculative_ddtree_topk: int | None = _knob(None, "DDTree candidates per depth (default: no "
+                                                      "cap, as many as the budget).")
+    speculative_ddtree_max_depth: int | None = _knob(None, "DDTree max depth (default: no cap, "
+                                                           "block size - 1).")
+    # Verify tokens a round may spend over all its running requests: with more requests each
+    # gets a smaller tree (budget_at_rows), never smaller than the chain.
+    speculative_ddtree_round_tokens: int | None = _knob(
+        None, "DDTree verify tokens a round may spend over all its requests (default: no cap); "
+              "at higher load each tree shrinks to round-tokens / requests - 1 nodes, never "
+              "below block size - 1.")
+    # The greedy chain first: with budget and depth >= block - 1 a tree never accepts less than
+    # DFlash would. Only our engine builds trees this way.
+    speculative_ddtree_spine: bool = _knob(False, "DDTree: the greedy chain goes in first.")
+    cuda_graph: bool = _knob(True, "Capture decode steps as CUDA graphs.")
+    cuda_graph_max_bs: int = _knob(32, "Largest decode batch captured as a graph.")
+    cuda_graph_bs_ladder: str = _knob("dense", "Captured batch sizes below the max: pow2 or "
+                                               "dense (1, 2, 4, then every 8).")
+    # Explicit capture sizes (SGLang's --cuda-graph-bs); None: the ladder up to the max.
+    cuda_graph_bs: tuple[int, ...] | None = _knob(
+        None, "Captured decode batch sizes, e.g. 1,2,4,8: rounds run padded to these sizes and, "
+              "on a CUDA device, replay captured graphs (with --compile, one compiled graph a "
+              "size). Without it: the ladder up to cuda_graph_max_bs.")
+    max_running_requests: int = _knob(48, "Requests in the running batch (continuous "
+                                          "batching).")
+    mem_fraction_static: float = _knob(0.88, "Share of GPU memory for weights and KV cache.")
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -67,6 +95,9 @@ class LaunchParams:
         unknown = sorted(set(params) - known)
         if unknown:
             raise InvalidParams(f"unknown parameter(s): {', '.join(unknown)}")
+        sizes = params.get("cuda_graph_bs")
+        if isinstance(sizes, list):  # JSON and YAML have lists, not tuples
+            params = {**params, "cuda_graph_bs": tuple(sizes)}
         return cls(**params)
 
     def _check_types(self) -> None:
@@ -90,12 +121,22 @@ class LaunchParams:
         if self.is_ddtree and self.speculative_ddtree_budget < min_ddtree_budget(
                 self.speculative_dflash_block_size):
             raise InvalidParams("speculative_ddtree_budget must be >= block size - 1")
-        if self.is_ddtree and min(self.speculative_ddtree_topk, self.speculative_ddtree_max_depth,
-                                  self.speculative_ddtree_round_tokens) < 0:
-            raise InvalidParams("speculative_ddtree_topk, _max_depth and _round_tokens must be "
-                                ">= 0")
+        if self.is_ddtree:
+            self._check_tree_caps()
+        if self.cuda_graph_bs is not None and not (
+                self.cuda_graph_bs and all(type(b) is int and b >= 1 for b in self.cuda_graph_bs)):
+            raise InvalidParams(f"cuda_graph_bs must be batch sizes >= 1, got {self.cuda_graph_bs}")
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise InvalidParams("mem_fraction_static must be in (0, 1)")
+
+    def _check_tree_caps(self) -> None:
+        try:
+            check_tree_caps(self.speculative_dflash_block_size, self.speculative_ddtree_topk,
+                            self.speculative_ddtree_max_depth,
+                            self.speculative_ddtree_round_tokens)
+        except ValueError as error:  # the engine's names, without the tuning prefix
+            raise InvalidParams("speculative_ddtree_" + str(error).replace(
+                "None for no cap", "leave it out (null) for no cap")) from None
 
     @property
     def gpus(self) -> int:
@@ -110,9 +151,19 @@ class LaunchParams:
         return self.speculative_algorithm == "ddtree"
 
     @property
+    def tree_width(self) -> int:
+        """Candidates a tree depth may hold, the cap resolved (no cap: the budget)."""
+        return self._tree_shape[0]
+
+    @property
     def tree_depth(self) -> int:
-        """Draft positions a tree can reach: the drafter predicts block_size - 1 tokens."""
-        return min(self.speculative_ddtree_max_depth, self.speculative_dflash_block_size - 1)
+        """Draft positions a tree can reach, the cap resolved (no cap: block_size - 1)."""
+        return self._tree_shape[1]
+
+    @property
+    def _tree_shape(self) -> tuple[int, int]:
+        return tree_shape(self.speculative_dflash_block_size, self.speculative_ddtree_budget,
+                          self.speculative_ddtree_topk, self.speculative_ddtree_max_depth)
 
     @property
     def verify_tokens(self) -> int:
@@ -125,7 +176,7 @@ class LaunchParams:
     @property
     def round_capped(self) -> bool:
         """A DDTree whose budget shrinks with the running requests."""
-        return self.is_ddtree and self.speculative_ddtree_round_tokens > 0
+        return self.is_ddtree and self.speculative_ddtree_round_tokens is not None
 
     def at_batch(self, batch: int) -> LaunchParams:
         """These parameters as a step over `batch` running requests runs them: a round-capped
@@ -134,13 +185,16 @@ class LaunchParams:
             return self
         budget = budget_at_rows(self.speculative_ddtree_budget, self.speculative_dflash_block_size,
                                 self.speculative_ddtree_round_tokens, batch)
-        return replace(self, speculative_ddtree_budget=budget, speculative_ddtree_round_tokens=0)
+        return replace(self, speculative_ddtree_budget=budget,
+                       speculative_ddtree_round_tokens=None)
 
     @property
     def capture_batch_sizes(self) -> tuple[int, ...]:
         """Decode batch sizes captured as CUDA graphs (empty when graphs are off)."""
         if not self.cuda_graph:
             return ()
+        if self.cuda_graph_bs is not None:
+            return tuple(sorted(set(self.cuda_graph_bs)))
         top = min(self.cuda_graph_max_bs, self.max_running_requests)
         if self.cuda_graph_bs_ladder == "pow2":
             ladder = [1 << i for i in range(top.bit_length())]
@@ -157,7 +211,7 @@ class LaunchParams:
             parts.append("attnDP")
         if self.is_ddtree:
             parts.append(f"ddtree b{self.speculative_dflash_block_size} "
-                         f"B{self.speculative_ddtree_budget} k{self.speculative_ddtree_topk} "
+                         f"B{self.speculative_ddtree_budget} k{self.tree_width} "
                          f"d{self.tree_depth}" + self.round_label)
         elif self.speculative:
             parts.append(f"dflash b{self.speculative_dflash_block_size}")
@@ -179,18 +233,19 @@ def min_ddtree_budget(block_size: int) -> int:
     return block_size - 1
 
 
-def to_spec(knobs: Any, trained_block: int | None, spine: bool = False) -> Spec:
-    """The engine's Spec for the speculation knobs of ``knobs``: a LaunchParams, or serve's
-    options (anything with these attributes; serve's block size may be None = the drafter's
-    trained block). The one mapping from the tuning names to the engine's."""
-    block = knobs.speculative_dflash_block_size or trained_block
-    depth = knobs.speculative_ddtree_max_depth
-    return spec_for(knobs.speculative_algorithm, trained_block, block,
-                    budget=knobs.speculative_ddtree_budget, topk=knobs.speculative_ddtree_topk,
-                    max_depth=min(depth, block - 1) if block else depth, spine=spine,
-                    round_tokens=knobs.speculative_ddtree_round_tokens)
+def to_spec(launch: LaunchParams, trained_block: int | None) -> Spec:
+    """The engine's Spec for ``launch``'s speculation, its tree caps resolved (the tree the
+    performance model prices): the one mapping from the tuning names to the engine's.
+    ``trained_block`` is the drafter's (None: no drafter, so only plain decoding)."""
+    return spec_for(launch.speculative_algorithm, trained_block,
+                    launch.speculative_dflash_block_size, budget=launch.speculative_ddtree_budget,
+                    topk=launch.tree_width, max_depth=launch.tree_depth,
+                    spine=launch.speculative_ddtree_spine,
+                    round_tokens=launch.speculative_ddtree_round_tokens)
 
 
 def _admits(annotation: str, value: Any) -> bool:
+    if annotation.endswith(" | None"):
+        return value is None or _admits(annotation.removesuffix(" | None"), value)
     return (isinstance(value, _ADMITS[annotation])
             and (annotation == "bool" or not isinstance(value, bool)))

@@ -4,45 +4,36 @@ backends).
 
 `run_generate` loads a target (and a drafter), runs the prompts with the chosen speculation
 method and, with `compare`, also runs plain decoding on the same prompts, so the speedup and the
-token match are measured in one run. Problems the user can fix raise ValueError with the reason.
+token match are measured in one run. Problems the user can fix raise UserError with the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from backends.engine_limits import check_fits
-from backends.launch_params import to_spec
+from backends.engine_builder import Checkpoints, EngineRuntime, open_engine
+from backends.errors import UserError
+from backends.launch_params import LaunchParams
 
 
 @dataclass(slots=True)
 class GenerateRequest:
-    """What to run; the speculation knobs carry the tuning names, as serve's options do."""
+    """What to run: the checkpoints, the launch (the one record of the knobs), how this machine
+    runs it, the prompts (text and token ids) and SamplingParams' fields."""
 
-    target: Path
-    drafter: Path | None
+    checkpoints: Checkpoints
+    launch: LaunchParams
+    runtime: EngineRuntime
     prompts: list[str]
     prompt_ids: list[str]
-    speculative_algorithm: str
-    speculative_dflash_block_size: int | None
-    speculative_ddtree_budget: int
-    speculative_ddtree_topk: int
-    speculative_ddtree_max_depth: int
-    speculative_ddtree_round_tokens: int
-    spine: bool
     sampling: dict[str, Any]
-    device: str
-    dtype: str
     stage_timing: bool = False
-    tp_size: int = 1  # ranks (processes) the target is split over; LaunchParams' names
-    ep_size: int = 1  # expert groups among them (must divide tp_size)
-    compile: str = "none"  # EngineConfig.compile
 
 
 @dataclass(slots=True)
@@ -64,43 +55,36 @@ def require_engine() -> None:
         import torch  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise ValueError("the engine needs its extra: pip install -e '.[engine]'") from None
+        raise UserError("the engine needs its extra: pip install -e '.[engine]'") from None
 
 
 def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     """With tp_size > 1 the run goes to ranks started here, and `compare` checks it against
     plain decoding on this one device."""
     require_engine()
-    import torch
-
-    from dflash_core import SamplingParams, build_engine
-    from dflash_core.runtime.factory import as_dtype
     from dflash_core.runtime.stats import STAGES
-    from dflash_core.speculation.spec import Spec
 
-    single_device = req.tp_size == 1 or compare
-    target, drafter, target_cfg, drafter_cfg = _models_or_configs(req, single_device)
-    tokenizer = _tokenizer(req.target) if req.prompts else None
+    tokenizer = _tokenizer(req.checkpoints.target) if req.prompts else None
     prompts = [tokenizer.encode(p).ids for p in req.prompts] if tokenizer else []
     prompts += [_parse_ids(text) for text in req.prompt_ids]
     if not prompts:
-        raise ValueError("give at least one --prompt or --prompt-ids")
-    trained = drafter_cfg.block_size if drafter_cfg else None
-    spec, sampling = to_spec(req, trained, req.spine), SamplingParams(**req.sampling)
+        raise UserError("give at least one --prompt or --prompt-ids")
+    sampling = _sampling(req.sampling)
     max_context = max(map(len, prompts)) + sampling.max_tokens + 1
-    check_fits(target_cfg, drafter_cfg, spec, len(prompts), max_context,
-               as_dtype(req.dtype).itemsize, free_memory(torch.device(req.device)))
-    options = dict(max_batch=len(prompts), max_context=max_context,
-                   max_tree_nodes=max(spec.num_nodes, trained or 1),
-                   stage_timing=req.stage_timing, compile=req.compile)
-    single = build_engine(target, drafter, **options) if single_device else None
-    with _engine_for(req, single, options) as engine:
-        engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off costs
-        runs = {_label(spec.method, req): engine.generate(prompts, sampling, spec)}
-    reference = None
-    if compare and (spec.method != "none" or req.tp_size > 1):
-        reference = "none" if req.tp_size == 1 else "none, 1 device"
-        runs[reference] = single.generate(prompts, sampling, Spec.none())
+    models = functools.cache(functools.partial(_load, req))
+    engine_args = dict(max_context=max_context, max_batch=len(prompts), models=models,
+                       stage_timing=req.stage_timing)
+    with contextlib.ExitStack() as stack:
+        opened = stack.enter_context(open_engine(req.launch, req.checkpoints, req.runtime,
+                                                 **engine_args))
+        _check_prompts(prompts, opened.target_config.vocab_size, max_context)
+        runs = {_label(req.launch): _run(opened.engine, prompts, sampling, opened.spec)}
+        reference = _reference(req, opened.spec, compare)
+        if reference:
+            plain = replace(req.launch, speculative_algorithm="none", tp_size=1, ep_size=1)
+            single = opened if req.launch.tp_size == 1 else stack.enter_context(
+                open_engine(plain, req.checkpoints, req.runtime, **engine_args))
+            runs[reference] = _run(single.engine, prompts, sampling, _plain_spec())
     tokens = next(iter(runs.values())).tokens
     same = runs[reference].tokens == tokens if reference else None
     # One line per prompt: decoded text as a JSON string (it may hold newlines), else the ids.
@@ -109,55 +93,54 @@ def run_generate(req: GenerateRequest, compare: bool) -> GenerateReport:
     return GenerateReport(texts, runs, same, STAGES if req.stage_timing else (), reference)
 
 
-def _models_or_configs(req: GenerateRequest, single_device: bool):
-    """-> (target, drafter, their configs). Without a single-device run (tp > 1, no compare)
-    only the configs are read: the ranks load their own shards, and this process no full
-    model."""
-    from dflash_core import DrafterConfig, load_models
-    from dflash_core.models.architectures import target_config
-    from dflash_core.models.config import read_config
-
-    if single_device:
-        target, drafter = load_models(req.target, req.drafter, req.dtype, req.device)
-        return target, drafter, target.config, drafter and drafter.config
-    drafter_cfg = DrafterConfig.from_dict(read_config(req.drafter)) if req.drafter else None
-    return None, None, target_config(read_config(req.target)), drafter_cfg
+def _run(engine, prompts, sampling, spec):
+    engine.generate(prompts, sampling, spec)  # warm-up: first calls pay one-off costs
+    return engine.generate(prompts, sampling, spec)
 
 
-@contextlib.contextmanager
-def _engine_for(req: GenerateRequest, single, options: dict):
-    """The one-device engine, or rank 0's of tp_size ranks (stopped on the way out)."""
-    if req.tp_size == 1:
-        yield single
-        return
-    from dflash_core.parallel.layout import Layout
-    from dflash_core.parallel.ranks import EngineRecipe, Ranks
+def _plain_spec():
+    from dflash_core import Spec
 
-    ranks = Ranks(EngineRecipe(req.target, req.drafter, Layout(req.tp_size, req.ep_size),
-                               req.dtype, req.device, options))
+    return Spec.none()
+
+
+def _reference(req: GenerateRequest, spec, compare: bool) -> str | None:
+    """The label of the plain run `compare` adds, or None when there is nothing to compare."""
+    if not compare or (spec.method == "none" and req.launch.tp_size == 1):
+        return None
+    return "none" if req.launch.tp_size == 1 else "none, 1 device"
+
+
+def _load(req: GenerateRequest):
+    from dflash_core import load_models
+
+    c = req.checkpoints
+    return load_models(c.target, c.drafter, req.runtime.dtype, req.runtime.device)
+
+
+def _sampling(values: dict[str, Any]):
+    from dflash_core import SamplingParams
+
     try:
-        yield ranks.engine
-    finally:
-        ranks.close()
+        return SamplingParams(**values)
+    except ValueError as error:
+        raise UserError(str(error)) from None
 
 
-def _label(method: str, req: GenerateRequest) -> str:
-    if req.tp_size == 1:
-        return method
-    return f"{method}, TP{req.tp_size}" + (f" EP{req.ep_size}" if req.ep_size > 1 else "")
+def _check_prompts(prompts: list[list[int]], vocab_size: int, max_context: int) -> None:
+    from dflash_core.speculation.spec import checked_prompts
+
+    try:
+        checked_prompts(prompts, vocab_size, max_context)
+    except ValueError as error:
+        raise UserError(str(error)) from None
 
 
-def free_memory(device) -> int:
-    """Bytes the engine could still allocate on ``device`` (a torch.device)."""
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:  # MemAvailable counts the page cache the kernel would give back
-        meminfo = Path("/proc/meminfo").read_text()
-        return int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024
-    except (OSError, IndexError, ValueError):
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+def _label(launch: LaunchParams) -> str:
+    if launch.tp_size == 1:
+        return launch.speculative_algorithm
+    return (f"{launch.speculative_algorithm}, TP{launch.tp_size}"
+            + (f" EP{launch.ep_size}" if launch.ep_size > 1 else ""))
 
 
 def fixtures_folder(folder: Path | None) -> Path:
@@ -170,7 +153,7 @@ def fixtures_folder(folder: Path | None) -> Path:
 
 def build_fixtures(folder: Path, force: bool, progress=None):
     """-> the build's manifest, or None when ``folder`` was complete already. A folder that
-    cannot be written is a ValueError before anything is trained (the build takes minutes)."""
+    cannot be written is a UserError before anything is trained (the build takes minutes)."""
     require_engine()
     from dflash_core.training.build import build_pair
     from dflash_core.training.pair import is_complete
@@ -192,21 +175,21 @@ def write_random_fixtures(arch: str, out: Path, seed: int) -> dict[str, Any]:
 
 
 def check_writable(folder: Path) -> None:
-    """Create ``folder`` and a file in it, or raise ValueError saying why not."""
+    """Create ``folder`` and a file in it, or raise UserError saying why not."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as err:
         where = f" ({err.filename})" if err.filename and str(err.filename) != str(folder) else ""
-        raise ValueError(f"cannot build into {folder}: {err.strerror or err}{where}; give a "
-                         "writable folder with --out") from None
+        raise UserError(f"cannot build into {folder}: {err.strerror or err}{where}; give a "
+                        "writable folder with --out") from None
 
 
 def _parse_ids(text: str) -> list[int]:
     try:
         return [int(t) for t in text.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f"--prompt-ids wants integers separated by commas or spaces: {text!r}") \
+        raise UserError(f"--prompt-ids wants integers separated by commas or spaces: {text!r}") \
             from None
 
 
@@ -215,7 +198,7 @@ def _tokenizer(directory: Path):
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise ValueError("--prompt needs the `tokenizers` package; use --prompt-ids") from None
+        raise UserError("--prompt needs the `tokenizers` package; use --prompt-ids") from None
     if not path.is_file():
-        raise ValueError(f"--prompt needs {path}; use --prompt-ids")
+        raise UserError(f"--prompt needs {path}; use --prompt-ids")
     return Tokenizer.from_file(str(path))

@@ -20,7 +20,7 @@ from search_spaces.errors import SpaceError
 from search_spaces.expr import Env
 from search_spaces.expr import Expr
 
-Choice = Union[bool, int, float, str]
+Choice = Union[bool, int, float, str, None]
 
 
 @dataclass(slots=True, frozen=True)

@@ -55,6 +55,9 @@ IntBound = Annotated[Any, _accept(int, str, what="an integer or an expression st
 FloatBound = Annotated[Any, _accept(int, float, str, what="a number or an expression string")]
 FloatStep = Annotated[Any, _accept(int, float, what="a number", positive=True)]
 Choice = Annotated[Any, _accept(bool, int, float, str, what="a number, string or boolean")]
+# A categorical may also offer null: the knob left unset ("no cap" for the DDTree caps).
+CategoricalChoice = Annotated[Any, _accept(bool, int, float, str, type(None),
+                                           what="a number, string, boolean or null")]
 
 
 class _Model(BaseModel):
@@ -81,7 +84,7 @@ class _FloatModel(_Model):
 
 class _CategoricalModel(_Model):
     type: Literal["categorical"]
-    choices: list[Choice]
+    choices: list[CategoricalChoice]
     when: StrictStr | None = None
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from tuner import engine_cli, render
-from tuner.errors import TunerError
+from tuner.errors import TunerError, UsageError, user_error_code
 
 # Plain tracebacks: a server's log is read by people and by backends.server.classify, and Rich's
 # boxed, wrapped traceback splits the very lines the classifier looks for.
@@ -272,48 +272,58 @@ def calibrate(reference: Annotated[str, typer.Option(
         render.note(f"wrote backend.efficiency to {path}")
 
 
-class Method(str, Enum):
-    none = "none"
-    dflash = "dflash"
-    ddtree = "ddtree"
-
-
 class TableOrJson(str, Enum):
     table = "table"
     json = "json"
 
 
+def _estimate_options(command):
+    from backends.launch_cli import launch_options
+    from tuner.estimate import ESTIMATE_DERIVED, ESTIMATE_KNOBS
+
+    return launch_options(ESTIMATE_KNOBS, derived=ESTIMATE_DERIVED)(command)
+
+
 @app.command()
+@_estimate_options
 def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalog.")],
              model: Annotated[str, typer.Option(help="Catalog model or a config.json path.")],
              input_len: Annotated[int, typer.Option(min=1)],
              output_len: Annotated[int, typer.Option(min=1)],
              concurrency: Annotated[str, typer.Option(help="Levels, e.g. 1,4,8,16,32.")],
-             gpus: Annotated[int, typer.Option(min=1)] = 1,
-             tp: Annotated[int, typer.Option(min=1)] = 1,
-             ep: Annotated[int, typer.Option(min=1)] = 1,
-             method: Annotated[Method, typer.Option()] = Method.none,
-             block_size: Annotated[int, typer.Option(min=2)] = 16,
-             budget: Annotated[int | None, typer.Option(
-                 help="DDTree node budget (default: twice the block size).")] = None,
+             gpus: Annotated[int, typer.Option(min=1, help="GPUs of the node.")] = 1,
              acceptance_length: Annotated[float, typer.Option(
-                 help="Mean accepted tokens a round, bonus included.")] = 8.0,
+                 help="The drafter's mean accepted tokens a DFlash round at the block size, "
+                      "bonus included (3.5-4.1 on the reference node's block-8 drafter).")]
+             = 3.8,
              drafter_layers: Annotated[int, typer.Option(min=1)] = 5,
-             cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs")] = True,
-             fmt: Annotated[TableOrJson, typer.Option("--format")] = TableOrJson.table) -> None:
-    """What the performance model predicts for one configuration, without a study or a GPU."""
+             fmt: Annotated[TableOrJson, typer.Option("--format")] = TableOrJson.table,
+             *, launch: dict) -> None:
+    """What the performance model predicts for one configuration, without a study or a GPU.
+    The launch takes the tuning names (`--speculative-ddtree-budget`, ...), as tuner.yaml and
+    the search spaces do."""
     import json
 
     from tuner.estimate import EstimateRequest, as_json, estimate as run_estimate, show
 
-    levels = tuple(sorted({int(c) for c in concurrency.split(",") if c.strip()}))
-    req = EstimateRequest(gpu, gpus, model, tp, ep, method.value, block_size, budget,
-                          acceptance_length, drafter_layers, input_len, output_len, levels,
-                          cuda_graphs)
+    levels = tuple(sorted({_level(c) for c in concurrency.split(",") if c.strip()}))
+    req = EstimateRequest(gpu, gpus, model, acceptance_length, drafter_layers, input_len,
+                          output_len, levels, launch)
     rows = run_estimate(req)
     show(req, rows)
     if fmt is TableOrJson.json:
         render.emit(json.dumps(as_json(req, rows), indent=2))
+
+
+def _level(text: str) -> int:
+    try:
+        level = int(text)
+    except ValueError:
+        raise UsageError(f"--concurrency wants integers separated by commas, got {text!r}") \
+            from None
+    if level < 1:
+        raise UsageError(f"--concurrency levels must be >= 1, got {level}")
+    return level
 
 
 # The engine's commands live in their own module (they share nothing with the study ones).
@@ -327,18 +337,19 @@ fixtures_app.command("random")(engine_cli.fixtures_random)
 
 
 def main() -> None:
-    """Entry point: known errors become one line and an exit code; tracebacks on request."""
+    """Entry point: an error the user can fix is one line and its exit code; anything else is a
+    bug: a short message and exit 1, its traceback under --debug."""
     try:
         app()
-    except TunerError as err:
-        _fail(err, err.exit_code)
-    except (FileNotFoundError, ValueError) as err:  # includes SpaceError and CatalogError
-        _fail(err, 2)
-
-
-def _fail(err: Exception, code: int) -> None:
-    if os.environ.get(DEBUG_ENV) == "1":
-        raise err
-    for line in str(err).splitlines() or [type(err).__name__]:
-        render.error(line)
-    sys.exit(code)
+    except Exception as err:
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        code = user_error_code(err)
+        if code is None:
+            render.error(f"internal error: {type(err).__name__}: {err}")
+            render.error(f"this is a bug in dflash-tune; --debug (or {DEBUG_ENV}=1) shows its "
+                         "traceback")
+            sys.exit(1)
+        for line in str(err).splitlines() or [type(err).__name__]:
+            render.error(line)
+        sys.exit(code)

@@ -3,34 +3,31 @@
 
 Bodies stay thin and reach the engine through backends: `serve` is the server's own command
 (`python -m backends.dflash_server`), and torch is imported inside the commands, so `dflash-tune
-run` and `best` never load PyTorch. The speculation options are spelled as serve's are
-(`backends.flags.dflash.FLAGS`) and carry the tuning names.
+run` and `best` never load PyTorch. The launch's options are made from LaunchParams, as serve's
+are (`backends.launch_cli`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from backends.dflash_server.cli import Algorithm
-from backends.dflash_server.cli import BlockSize
-from backends.dflash_server.cli import Budget
 from backends.dflash_server.cli import Compile
+from backends.dflash_server.cli import Device
 from backends.dflash_server.cli import Drafter
-from backends.dflash_server.cli import EpSize
-from backends.dflash_server.cli import MaxDepth
-from backends.dflash_server.cli import RoundTokens
-from backends.dflash_server.cli import Spine
-from backends.dflash_server.cli import TopK
-from backends.dflash_server.cli import TpSize
+from backends.dflash_server.cli import Dtype
 from backends.dflash_server.cli import option
 from backends.dflash_server.cli import serve  # noqa: F401  (registered as `dflash-tune serve`)
+from backends.launch_cli import ENGINE_DEFAULTS, ENGINE_DERIVED, SPECULATION, launch_options
 from tuner import render
 
+GENERATE_KNOBS = (*SPECULATION, "tp_size", "ep_size")  # the batch is the prompts: no cap
 
+
+@launch_options(GENERATE_KNOBS, ENGINE_DEFAULTS, ENGINE_DERIVED)
 def generate(
         target: Annotated[Path, option("target", "Target checkpoint folder (HF Qwen3 layout).")],
         drafter: Drafter = None,
@@ -38,34 +35,24 @@ def generate(
             help="Prompt text (repeatable; needs tokenizer.json).")] = None,
         prompt_ids: Annotated[list[str] | None, typer.Option(
             help="Prompt token ids, e.g. '1,2,3' (repeatable).")] = None,
-        speculative_algorithm: Algorithm = None, speculative_dflash_block_size: BlockSize = None,
-        speculative_ddtree_budget: Budget = 32, speculative_ddtree_topk: TopK = 0,
-        speculative_ddtree_max_depth: MaxDepth = 0,
-        speculative_ddtree_round_tokens: RoundTokens = 0, spine: Spine = False,
         max_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
         temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
         top_k: Annotated[int, typer.Option(help="0 = off.")] = 0,
-        top_p: float = 1.0, seed: int = 0,
-        device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
-        dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+        top_p: float = 1.0, seed: int = 0, device: Device = "cpu", dtype: Dtype = "float32",
         compare: Annotated[bool, typer.Option(
             help="Also run plain decoding: speedup and token match in one run.")] = False,
         stages: Annotated[bool, typer.Option(
             help="Time each stage of a round (a device sync per stage on a GPU).")] = False,
-        tp_size: TpSize = 1, ep_size: EpSize = 1, compile: Compile = "none",
-) -> None:
+        compile: Compile = "none", *, launch: dict[str, Any]) -> None:
     """Generate with the dflash_core engine and show tokens/s and the acceptance histogram."""
+    from backends.engine_builder import Checkpoints, EngineRuntime
+    from backends.launch_cli import engine_launch
     from backends.local_engine import GenerateRequest, run_generate
 
-    chosen = speculative_algorithm.value if speculative_algorithm else (
-        "dflash" if drafter else "none")
-    req = GenerateRequest(target, drafter, prompt or [], prompt_ids or [], chosen,
-                          speculative_dflash_block_size, speculative_ddtree_budget,
-                          speculative_ddtree_topk, speculative_ddtree_max_depth,
-                          speculative_ddtree_round_tokens, spine,
+    req = GenerateRequest(Checkpoints(target, drafter), engine_launch(launch, drafter),
+                          EngineRuntime(device, dtype, compile), prompt or [], prompt_ids or [],
                           dict(temperature=temperature, top_k=top_k, top_p=top_p,
-                               max_tokens=max_tokens, seed=seed), device, dtype, stages,
-                          tp_size, ep_size, compile)
+                               max_tokens=max_tokens, seed=seed), stages)
     report = run_generate(req, compare)
     _generate_tables(report)
     for text in report.texts:

@@ -9,6 +9,12 @@ class TunerError(Exception):
     exit_code = 1
 
 
+class UsageError(TunerError):
+    """A command-line value the command cannot use."""
+
+    exit_code = 2
+
+
 class ConfigError(TunerError):
     exit_code = 2
 
@@ -33,3 +39,16 @@ class NoResultError(TunerError):
     """Nothing to choose from: an empty study, or every trial failed or broke the SLA."""
 
     exit_code = 1
+
+
+def user_error_code(error: BaseException) -> int | None:
+    """The exit code of an error the user can fix (one line is shown), None for anything else:
+    a bug."""
+    from backends.errors import is_user_error
+    from search_spaces.errors import SpaceError
+
+    if isinstance(error, TunerError):
+        return error.exit_code
+    if is_user_error(error) or isinstance(error, (SpaceError, FileNotFoundError)):
+        return 2
+    return None

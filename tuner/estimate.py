@@ -7,14 +7,23 @@ breakdown (what the time goes to) on stderr and, with ``--format json``, the lev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from backends.contract import Measurement, Workload
 from backends.deployment import Deployment, DrafterSpec
 from backends.flags import LaunchTarget
-from backends.launch_params import LaunchParams
+from backends.launch_params import InvalidParams, LaunchParams
 from tuner import render
+
+# The launch knobs estimate takes: all of them (its own --gpus sets the node's size).
+ESTIMATE_KNOBS = tuple(f for f in LaunchParams.__dataclass_fields__)
+# What estimate derives when not given: one tensor-parallel group over the node's GPUs, and a
+# running cap (and largest graph) that admits the top concurrency level.
+ESTIMATE_DERIVED = {"tp_size": "--gpus", "dp_size": "--gpus / --tp-size",
+                    "max_running_requests": "the top --concurrency level",
+                    "cuda_graph_max_bs": "the top --concurrency level"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -22,38 +31,30 @@ class EstimateRequest:
     gpu: str
     gpus: int
     model: str
-    tp: int
-    ep: int
-    method: str  # none | dflash | ddtree
-    block_size: int
-    budget: int | None
     acceptance_length: float
     drafter_layers: int
     input_len: int
     output_len: int
     concurrency: tuple[int, ...]
-    cuda_graphs: bool
+    knobs: Mapping[str, Any] = field(default_factory=dict)  # given LaunchParams fields
 
     def launch(self) -> LaunchParams:
-        if self.gpus % self.tp:
-            raise ValueError(f"--tp {self.tp} does not divide --gpus {self.gpus}")
+        tp = self.knobs.get("tp_size", self.gpus)
+        if self.gpus % tp:
+            raise InvalidParams(f"--tp-size {tp} does not divide --gpus {self.gpus}")
         top = max(self.concurrency)
-        params = dict(tp_size=self.tp, dp_size=self.gpus // self.tp, ep_size=self.ep,
-                      speculative_algorithm=self.method, cuda_graph=self.cuda_graphs,
-                      cuda_graph_max_bs=top, max_running_requests=top)
-        if self.method != "none":
-            params["speculative_dflash_block_size"] = self.block_size
-        if self.method == "ddtree":
-            params["speculative_ddtree_budget"] = self.budget or 2 * self.block_size
-        return LaunchParams.from_params(params)
+        derived = dict(tp_size=tp, dp_size=self.gpus // tp, max_running_requests=top,
+                       cuda_graph_max_bs=top)
+        return LaunchParams(**{**derived, **self.knobs})
 
     def deployment(self) -> Deployment:
         from backends.perf_model.acceptance import profile_for_length
 
-        drafter = None
-        if self.method != "none":
-            profile = profile_for_length(self.acceptance_length, self.block_size)
-            drafter = DrafterSpec(block_size=self.block_size, num_layers=self.drafter_layers,
+        launch, drafter = self.launch(), None
+        if launch.speculative:
+            block = launch.speculative_dflash_block_size
+            profile = profile_for_length(self.acceptance_length, block)
+            drafter = DrafterSpec(block_size=block, num_layers=self.drafter_layers,
                                   target_layers=tuple(range(self.drafter_layers)),
                                   acceptance=profile.top1)
         return Deployment(gpu=self.gpu, gpus=self.gpus, model=self.model, drafter=drafter,
@@ -70,7 +71,7 @@ def estimate(req: EstimateRequest) -> list[Measurement]:
     rows = backend.measure(req.launch(), workload)
     failed = next((m for m in rows if not m.ok), None)
     if failed is not None:
-        raise ValueError(f"the model refuses this launch ({failed.failure.value}): "
+        raise InvalidParams(f"the model refuses this launch ({failed.failure.value}): "
                          f"{failed.log_excerpt}")
     return rows
 

@@ -3,6 +3,7 @@ front end in its own process (front.py), or both in one (`--engine-thread`, the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -11,31 +12,36 @@ import time
 
 from backends.dflash_server.front import configure_logging, server_info, uvicorn_server
 from backends.dflash_server.options import ServeOptions
-from backends.launch_params import to_spec
+from backends.engine_builder import open_engine
 
 log = logging.getLogger("dflash_tune.serve")
 
 
-def build(options: ServeOptions, ranks_out: list | None = None):
+def build(options: ServeOptions, stack: contextlib.ExitStack | None = None):
     """-> (EngineLoop, ServerInfo): the engine and the front end in one process (the tests,
-    `--engine-thread`). With tp_size > 1 the engine is rank 0's of ranks started here (appended
-    to `ranks_out`, for the caller to close)."""
-    return build_loop(options, ranks_out), server_info(options)
+    `--engine-thread`). With tp_size > 1 the engine is rank 0's of ranks that `stack` stops."""
+    return build_loop(options, stack), server_info(options)
 
 
-def build_loop(options: ServeOptions, ranks_out: list | None = None, after_round=None):
-    """The EngineLoop, ready to start (EngineLoop's `after_round`)."""
+def build_loop(options: ServeOptions, stack: contextlib.ExitStack | None = None,
+               after_round=None):
+    """The EngineLoop, ready to start (EngineLoop's `after_round`); its ranks, if any, are
+    stopped when `stack` closes."""
     import torch
 
     from backends.dflash_server.loop import EngineLoop
 
-    _, drafter, engine = _engine(options, ranks_out if ranks_out is not None else [])
-    spec = to_spec(options, drafter.block_size if drafter else None, options.spine)
-    if options.cuda_graph_bs and not engine.config.fixed_shapes:
+    stack = stack if stack is not None else contextlib.ExitStack()
+    opened = stack.enter_context(open_engine(
+        options.launch, options.checkpoints, options.runtime, max_context=options.max_context,
+        exit_on_death=True))
+    engine = opened.engine
+    if options.launch.capture_batch_sizes and not engine.config.fixed_shapes:
         log.warning("--cuda-graph-bs %s on %s: rounds run padded to these batch sizes, without "
-                    "CUDA graphs (they need a CUDA device) or --compile", options.cuda_graph_bs,
-                    options.device)
-    loop = EngineLoop(engine, spec, options.seed, after_round)
+                    "CUDA graphs (they need a CUDA device) or --compile",
+                    ",".join(map(str, options.launch.capture_batch_sizes)),
+                    options.runtime.device)
+    loop = EngineLoop(engine, opened.spec, options.seed, after_round)
     if engine.config.fixed_shapes:  # before the first request, as servers do
         began = time.perf_counter()
         with torch.inference_mode():
@@ -46,65 +52,30 @@ def build_loop(options: ServeOptions, ranks_out: list | None = None, after_round
     return loop
 
 
-def _engine(options: ServeOptions, ranks_out: list):
-    """-> (target config, drafter config or None, engine). Rank 0 of several reads only the
-    configs here: its weights are its shard, loaded by the ranks."""
-    from dflash_core import DrafterConfig, build_engine, load_models
-    from dflash_core.models.architectures import target_config
-    from dflash_core.models.config import read_config
-
-    if options.tp_size == 1:
-        target, drafter = load_models(options.target, options.drafter, options.dtype,
-                                      options.device)
-        target_cfg, drafter_cfg = target.config, drafter and drafter.config
-    else:
-        target_cfg = target_config(read_config(options.target))  # Qwen3 or DeepSeek
-        drafter_cfg = DrafterConfig.from_dict(read_config(options.drafter)) \
-            if options.drafter else None
-    spec = to_spec(options, drafter_cfg.block_size if drafter_cfg else None, options.spine)
-    limits = dict(max_batch=options.max_running_requests, max_context=options.max_context,
-                  max_tree_nodes=spec.num_nodes, batch_buckets=tuple(options.cuda_graph_bs),
-                  compile=options.compile)
-    if options.tp_size == 1:
-        return target_cfg, drafter_cfg, build_engine(target, drafter, **limits)
-    from dflash_core.parallel.layout import Layout
-    from dflash_core.parallel.ranks import EngineRecipe, Ranks
-
-    recipe = EngineRecipe(options.target, options.drafter,
-                          Layout(options.tp_size, options.ep_size), options.dtype,
-                          options.device, limits)
-    ranks_out.append(Ranks(recipe, exit_on_death=True))
-    return target_cfg, drafter_cfg, ranks_out[-1].engine
-
-
 def serve(options: ServeOptions) -> None:
     """Serve until stopped: the engine here, the front end in its own process (front.py), or
     both in this one with `engine_thread`."""
     configure_logging(options.log_level)
-    if options.device == "cpu":  # this process's engine; ranks (tp > 1) set their own
+    if options.runtime.device == "cpu":  # this process's engine; ranks (tp > 1) set their own
         import torch
 
         if threads := options.engine_threads():
             torch.set_num_threads(threads)
         print(f"dflash-tune serve: engine on {torch.get_num_threads()} torch threads",
               file=sys.stderr, flush=True)
-    ranks: list = []
-    try:
+    with contextlib.ExitStack() as stack:
         if options.engine_thread:
-            _serve_in_process(options, ranks)
+            _serve_in_process(options, stack)
         else:
-            code = serve_engine(options, ranks)
+            code = serve_engine(options, stack)
             if code:
                 sys.exit(code)
-    finally:
-        for handle in ranks:
-            handle.close()
 
 
-def _serve_in_process(options: ServeOptions, ranks: list) -> None:
+def _serve_in_process(options: ServeOptions, stack: contextlib.ExitStack) -> None:
     from backends.dflash_server.app import build_app
 
-    loop, info = build(options, ranks)
+    loop, info = build(options, stack)
     loop.start()
     try:
         uvicorn_server(options, build_app(loop, info)).run()
@@ -112,7 +83,7 @@ def _serve_in_process(options: ServeOptions, ranks: list) -> None:
         loop.stop()
 
 
-def serve_engine(options: ServeOptions, ranks: list) -> int:
+def serve_engine(options: ServeOptions, stack: contextlib.ExitStack) -> int:
     """The engine process: build the engine, start the front end, run rounds until the front
     end exits (a stop signal here is passed on to it). -> the exit code: the front end's, 1
     when it was killed."""
@@ -123,7 +94,7 @@ def serve_engine(options: ServeOptions, ranks: list) -> int:
 
     ours, theirs = multiprocessing.Pipe()
     bridge = EngineBridge(ours)
-    loop = build_loop(options, ranks, bridge.after_round)
+    loop = build_loop(options, stack, bridge.after_round)
     # spawn, not fork: this process holds torch's thread pool and the ranks' watchdog thread.
     front = multiprocessing.get_context("spawn").Process(
         target=run_front, args=(options, theirs), name="dflash-front")

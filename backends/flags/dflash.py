@@ -29,6 +29,7 @@ FLAGS = {
     "speculative_ddtree_topk": "--width",
     "speculative_ddtree_max_depth": "--depth",
     "speculative_ddtree_round_tokens": "--round-tokens",
+    "speculative_ddtree_spine": "--spine",
     "max_running_requests": "--max-running-requests",
     "tp_size": "--tp-size",
     "ep_size": "--ep-size",
@@ -52,10 +53,12 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
         out.add("speculative_dflash_block_size", params.speculative_dflash_block_size)
     if params.is_ddtree:
         out.add("speculative_ddtree_budget", params.speculative_ddtree_budget)
-        out.add("speculative_ddtree_topk", params.speculative_ddtree_topk)
+        out.add("speculative_ddtree_topk", params.tree_width)
         out.add("speculative_ddtree_max_depth", params.tree_depth)
         if params.round_capped:
             out.add("speculative_ddtree_round_tokens", params.speculative_ddtree_round_tokens)
+        if params.speculative_ddtree_spine:
+            out.add("speculative_ddtree_spine")
     out.add("max_running_requests", params.max_running_requests)
     if params.tp_size > 1:
         out.add("tp_size", params.tp_size)
@@ -84,7 +87,7 @@ def label(params: LaunchParams) -> str:
     block = params.speculative_dflash_block_size
     if params.is_ddtree:
         method = (f"ddtree b{block} B{params.speculative_ddtree_budget} "
-                  f"k{params.speculative_ddtree_topk} d{params.tree_depth}{params.round_label}")
+                  f"k{params.tree_width} d{params.tree_depth}{params.round_label}")
     else:
         method = f"dflash b{block}" if params.speculative else "plain"
     graphs = f"graphs<={max(params.capture_batch_sizes)}" if params.cuda_graph else "eager"

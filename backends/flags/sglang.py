@@ -103,7 +103,7 @@ def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
     env: dict[str, str] = {}
     if params.is_ddtree:
         # The branch caps the per-depth candidate count (tree width) only through this variable.
-        env["SGLANG_DDTREE_MAX_TOPK"] = str(params.speculative_ddtree_topk)
+        env["SGLANG_DDTREE_MAX_TOPK"] = str(params.tree_width)
     if params.speculative and params.enable_dp_attention:
         # 0.5.23 accepts DFLASH + attention DP only with spec prefill coordination off.
         env["SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"] = "0"
@@ -149,6 +149,9 @@ def _speculation(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     out.add("speculative_num_draft_tokens", params.speculative_dflash_block_size)
     if params.is_ddtree:
         _check_ddtree_depth(params, out.label)
+        if params.speculative_ddtree_spine:
+            raise UnsupportedParams(f"{out.label} DDTREE (PR #29907) has no spine option; "
+                                    "speculative_ddtree_spine cannot be expressed")
         if params.round_capped:
             raise UnsupportedParams(
                 f"{out.label} DDTREE (PR #29907) runs one budget at every load; "
@@ -161,7 +164,7 @@ def _check_ddtree_depth(params: LaunchParams, label: str) -> None:
     # The branch grows trees to the full draft length (block - 1) and has no depth knob, so only
     # a max_depth that does not cut below that is what will actually run.
     draft_len = params.speculative_dflash_block_size - 1
-    if params.speculative_ddtree_max_depth < draft_len:
+    if params.tree_depth < draft_len:
         raise UnsupportedParams(
             f"{label} DDTREE (PR #29907) has no tree-depth flag; trees reach block_size - 1 = "
             f"{draft_len}, so speculative_ddtree_max_depth="

@@ -16,9 +16,11 @@ import heapq
 from dataclasses import dataclass
 from functools import lru_cache
 
+from backends.errors import UserError
+
 
 @dataclass(slots=True, frozen=True)
-class AcceptanceProfile:
+class DrafterProfile:
     top1: tuple[float, ...]
     rank_decay: float = 0.6
 
@@ -41,21 +43,22 @@ class Acceptance:
     mean: float
     # hist[n-1] = P(exactly n tokens committed in a step), n = 1 .. depth + 1
     hist: tuple[float, ...]
+    nodes: int = 0  # the tree's non-root nodes (fewer than the budget when width x depth is)
 
 
-def chain_acceptance(profile: AcceptanceProfile, block_size: int) -> Acceptance:
+def chain_acceptance(profile: DrafterProfile, block_size: int) -> Acceptance:
     """DFlash: one chain of ``block_size - 1`` draft tokens."""
     return tree_acceptance(profile, budget=block_size - 1, topk=1, max_depth=block_size - 1)
 
 
-def tree_acceptance(profile: AcceptanceProfile, budget: int, topk: int,
+def tree_acceptance(profile: DrafterProfile, budget: int, topk: int,
                     max_depth: int) -> Acceptance:
     """DDTree: the best ``budget`` non-root nodes, at most ``topk`` children a node."""
     return _tree(profile, budget, topk, max_depth)
 
 
 @lru_cache(maxsize=4096)
-def _tree(profile: AcceptanceProfile, budget: int, topk: int, max_depth: int) -> Acceptance:
+def _tree(profile: DrafterProfile, budget: int, topk: int, max_depth: int) -> Acceptance:
     reach = [0.0] * (max_depth + 1)  # reach[d] = P(the accepted path reaches depth d)
     reach[0] = 1.0
     # Heap of candidate nodes: (-probability, depth, rank, parent probability).
@@ -73,20 +76,20 @@ def _tree(profile: AcceptanceProfile, budget: int, topk: int, max_depth: int) ->
             heapq.heappush(heap, (-p * profile.rank_prob(depth + 1, 1), depth + 1, 1, p))
     hist = tuple(reach[d] - (reach[d + 1] if d < max_depth else 0.0)
                  for d in range(max_depth + 1))
-    return Acceptance(mean=sum(reach), hist=hist)
+    return Acceptance(mean=sum(reach), hist=hist, nodes=taken)
 
 
 def profile_for_length(acceptance_length: float, block_size: int,
-                       rank_decay: float = 0.6) -> AcceptanceProfile:
+                       rank_decay: float = 0.6) -> DrafterProfile:
     """The constant per-position profile whose block-``block_size`` chain accepts
     ``acceptance_length`` tokens a round on average (bonus token included), as engines report
     it ("accept length"). Bisection: the chain's mean grows monotonically with the top-1 rate."""
     if not 1.0 <= acceptance_length <= block_size:
-        raise ValueError(f"acceptance length {acceptance_length} must lie in [1, block size "
+        raise UserError(f"acceptance length {acceptance_length} must lie in [1, block size "
                          f"{block_size}]")
     low, high = 0.0, 1.0
     for _ in range(50):
         mid = (low + high) / 2
-        mean = chain_acceptance(AcceptanceProfile((mid,), rank_decay), block_size).mean
+        mean = chain_acceptance(DrafterProfile((mid,), rank_decay), block_size).mean
         low, high = (mid, high) if mean < acceptance_length else (low, mid)
-    return AcceptanceProfile((round((low + high) / 2, 6),), rank_decay)
+    return DrafterProfile((round((low + high) / 2, 6),), rank_decay)

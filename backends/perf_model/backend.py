@@ -11,7 +11,7 @@ from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
 from backends.flags import render_command, render_env
 from backends.launch_params import InvalidParams, LaunchParams
-from backends.perf_model.acceptance import AcceptanceProfile, chain_acceptance, tree_acceptance
+from backends.perf_model.acceptance import DrafterProfile, chain_acceptance, tree_acceptance
 from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
 from backends.perf_model.constants import Efficiency
 from backends.perf_model.shipped import default_efficiency
@@ -38,7 +38,7 @@ class PerfModelBackend(Backend):
             self.model, spec.num_layers, len(spec.target_layers), spec.block_size,
             heads=spec.num_heads, kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
             intermediate=spec.intermediate_size)
-        self.profile = spec and AcceptanceProfile(spec.acceptance, spec.rank_decay)
+        self.profile = spec and DrafterProfile(spec.acceptance, spec.rank_decay)
 
     def flags(self, launch: LaunchParams) -> list[str]:
         d = self.deployment
@@ -83,8 +83,8 @@ class PerfModelBackend(Backend):
         if not lp.speculative:
             return None
         if lp.is_ddtree:
-            return tree_acceptance(self.profile, lp.speculative_ddtree_budget,
-                                   lp.speculative_ddtree_topk, lp.tree_depth)
+            return tree_acceptance(self.profile, lp.speculative_ddtree_budget, lp.tree_width,
+                                   lp.tree_depth)
         return chain_acceptance(self.profile, lp.speculative_dflash_block_size)
 
 

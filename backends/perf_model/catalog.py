@@ -14,13 +14,14 @@ from typing import Any
 
 import yaml
 
+from backends.errors import UserError
 from backends.perf_model.constants import SMALL_KERNELS, fit_classes
 
 _HERE = Path(__file__).parent
 BF16_BYTES = 2
 
 
-class CatalogError(ValueError):
+class CatalogError(UserError):
     """An unknown catalog name or an unreadable model config."""
 
 

@@ -97,37 +97,37 @@ def _stop_ids(ids: object) -> tuple[int, ...]:
 class Spec:
     """none: plain decoding; dflash: a chain of block_size - 1 drafts; ddtree: a best-first tree.
 
-    For ddtree, `budget` counts nodes without the root, `topk` caps candidates per depth
-    (0 = the budget, which loses nothing) and `max_depth` caps the tree depth
-    (0 = block_size - 1). `spine` puts the greedy chain in first, so with budget and depth
-    >= block_size - 1 the tree never accepts less than DFlash with the same drafts.
-    `round_tokens` caps the verify tokens of a round over all its rows (rows x nodes, 0 = no
-    cap): a round over more rows runs a smaller tree (`at_rows`), never smaller than the chain
-    (block_size - 1 nodes), because verify cost follows rows x nodes while a tree's extra
-    acceptance does not (docs/BENCHMARKS.md, "DDTree under load"). The names are the tuning
-    parameters' (speculative_ddtree_topk, ...) without their prefix.
+    For ddtree, `budget` counts nodes without the root, `topk` caps candidates per depth and
+    `max_depth` the tree's depth; `round_tokens` caps the verify tokens of a round over all its
+    rows (rows x nodes). None is "no cap" for each of the three: a depth may hold up to the
+    budget, the tree reaches block_size - 1, every load runs the whole budget. `tree_width` and
+    `tree_depth` are the caps resolved (`tree_shape`, the one formula the tuner's model shares).
+    `spine` puts the greedy chain in first, so with budget and depth >= block_size - 1 the tree
+    never accepts less than DFlash with the same drafts. With a round cap a round over more
+    rows runs a smaller tree (`at_rows`), never smaller than the chain (block_size - 1 nodes),
+    because verify cost follows rows x nodes while a tree's extra acceptance does not. The names
+    are the tuning parameters' (speculative_ddtree_topk, ...) without their prefix.
     """
 
     method: str = "none"
     block_size: int = 1
     budget: int = 0
-    topk: int = 0
-    max_depth: int = 0
+    topk: int | None = None
+    max_depth: int | None = None
     spine: bool = False
-    round_tokens: int = 0
+    round_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"spec method must be one of {METHODS}, got {self.method!r}")
         if self.method != "none" and self.block_size < 2:
             raise ValueError(f"{self.method} needs block_size >= 2")
-        if self.method == "ddtree" and (self.budget < 1 or self.topk < 0):
-            raise ValueError("ddtree needs budget >= 1 and topk >= 0")
-        if not 0 <= self.max_depth <= max(self.block_size - 1, 0):
-            raise ValueError(f"max_depth must be in 0..block_size-1, got {self.max_depth}")
-        if self.round_tokens < 0 or (self.round_tokens and self.method != "ddtree"):
-            raise ValueError(f"round_tokens must be >= 0, and only ddtree has one, got "
-                             f"{self.round_tokens} for {self.method}")
+        if self.method == "ddtree" and self.budget < 1:
+            raise ValueError(f"ddtree needs budget >= 1, got {self.budget}")
+        check_tree_caps(self.block_size, self.topk, self.max_depth, self.round_tokens)
+        if self.round_tokens is not None and self.method != "ddtree":
+            raise ValueError(f"only ddtree has a round_tokens cap, got {self.round_tokens} for "
+                             f"{self.method}")
 
     @classmethod
     def none(cls) -> Spec:
@@ -138,13 +138,15 @@ class Spec:
         return cls("dflash", block_size)
 
     @classmethod
-    def ddtree(cls, block_size: int, budget: int, topk: int = 0, max_depth: int = 0,
-               spine: bool = False, round_tokens: int = 0) -> Spec:
+    def ddtree(cls, block_size: int, budget: int, topk: int | None = None,
+               max_depth: int | None = None, spine: bool = False,
+               round_tokens: int | None = None) -> Spec:
         return cls("ddtree", block_size, budget, topk, max_depth, spine, round_tokens)
 
     @classmethod
-    def of(cls, method: str, block_size: int, budget: int = 0, topk: int = 0,
-           max_depth: int = 0, spine: bool = False, round_tokens: int = 0) -> Spec:
+    def of(cls, method: str, block_size: int, budget: int = 0, topk: int | None = None,
+           max_depth: int | None = None, spine: bool = False,
+           round_tokens: int | None = None) -> Spec:
         """From a method name (CLI options, launch parameters); fields the method does not use
         are dropped rather than carried along."""
         if method == "none":
@@ -161,10 +163,17 @@ class Spec:
         return 0 if self.method == "none" else self.block_size - 1
 
     @property
+    def tree_width(self) -> int:
+        """Candidates a depth of the tree may hold (a chain: one)."""
+        if self.method == "ddtree":
+            return tree_shape(self.block_size, self.budget, self.topk, self.max_depth)[0]
+        return 1 if self.draft_len else 0
+
+    @property
     def tree_depth(self) -> int:
         """The deepest node a round's tree can hold (the longest accepted path, root excluded)."""
         if self.method == "ddtree":
-            return min(self.max_depth or self.draft_len, self.budget)
+            return tree_shape(self.block_size, self.budget, self.topk, self.max_depth)[1]
         return self.draft_len
 
     @property
@@ -175,25 +184,49 @@ class Spec:
     def at_rows(self, rows: int) -> Spec:
         """The Spec a round over `rows` rows runs: with a round_tokens cap, a DDTree budget of
         round_tokens // rows - 1, within [block_size - 1, budget]; otherwise itself."""
-        if not self.round_tokens:
+        if self.round_tokens is None:
             return self
         budget = budget_at_rows(self.budget, self.block_size, self.round_tokens, rows)
         return Spec.ddtree(self.block_size, budget, self.topk, self.max_depth, self.spine)
 
 
-def budget_at_rows(budget: int, block_size: int, round_tokens: int, rows: int) -> int:
-    """A DDTree budget under a cap of `round_tokens` verify tokens per round (0: no cap) over
+def check_tree_caps(block_size: int, topk: int | None, max_depth: int | None,
+                    round_tokens: int | None) -> None:
+    """A ValueError unless each cap is None (no cap) or a count it can mean: topk >= 1,
+    max_depth in 1..block_size - 1, round_tokens >= 1."""
+    for name, value, low in (("topk", topk, 1), ("max_depth", max_depth, 1),
+                             ("round_tokens", round_tokens, 1)):
+        if value is not None and (isinstance(value, bool) or value < low):
+            raise ValueError(f"{name} must be >= {low}, or None for no cap, got {value!r}")
+    if max_depth is not None and max_depth > block_size - 1:
+        raise ValueError(f"max_depth must be at most block_size - 1 = {block_size - 1}, got "
+                         f"{max_depth}")
+
+
+def tree_shape(block_size: int, budget: int, topk: int | None,
+               max_depth: int | None) -> tuple[int, int]:
+    """-> (width, depth) a DDTree of `budget` nodes can reach: candidates per depth (topk, no
+    cap = the budget: a child ranked below `budget` has `budget` better siblings, so a wider
+    depth changes nothing) and depth (max_depth, no cap = block_size - 1, never past the
+    budget). The one resolution of the caps, shared by the engine and the tuner's model."""
+    width = budget if topk is None else min(topk, budget)
+    depth = min(block_size - 1 if max_depth is None else max_depth, block_size - 1, budget)
+    return width, depth
+
+
+def budget_at_rows(budget: int, block_size: int, round_tokens: int | None, rows: int) -> int:
+    """A DDTree budget under a cap of `round_tokens` verify tokens per round (None: no cap) over
     `rows` rows: round_tokens // rows - 1 nodes a row, never fewer than the chain's
     block_size - 1 (a tree verifies no less than DFlash would) nor more than `budget`. The one
     formula the engine (Spec.at_rows) and the performance model share."""
-    if not round_tokens:
+    if round_tokens is None:
         return budget
     return min(budget, max(block_size - 1, round_tokens // max(rows, 1) - 1))
 
 
 def spec_for(method: str, trained_block: int | None, block_size: int | None = None,
-             budget: int = 0, topk: int = 0, max_depth: int = 0, spine: bool = False,
-             round_tokens: int = 0) -> Spec:
+             budget: int = 0, topk: int | None = None, max_depth: int | None = None,
+             spine: bool = False, round_tokens: int | None = None) -> Spec:
     """A Spec for a drafter trained at `trained_block` (None: no drafter); the block size
     defaults to the trained one."""
     if method != "none" and trained_block is None:

@@ -18,10 +18,8 @@ class TreeStages:
             return chain_tree(anchors, anchors[:, None][:, :0])
         if spec.method == "dflash":
             return chain_tree(anchors, draft_logits.argmax(-1))
-        # A topk above the budget cannot change the tree (a child ranked below `budget` has
-        # `budget` better siblings), so cap it: the candidate set is budget x topk per depth.
-        topk = min(spec.topk or spec.budget, spec.budget)
-        return build_tree(anchors, draft_logits, spec.budget, topk, spec.tree_depth, spec.spine)
+        return build_tree(anchors, draft_logits, spec.budget, spec.tree_width, spec.tree_depth,
+                          spec.spine)
 
 
 EAGER_STAGES = TreeStages()

@@ -85,5 +85,5 @@ def test_every_knob_parses_back_under_its_tuning_name(which):
                  "speculative_ddtree_round_tokens", "max_running_requests", "tp_size",
                  "ep_size"):
         assert parsed[knob] == getattr(params, knob), knob
-    assert parsed["speculative_algorithm"].value == "ddtree"
+    assert parsed["speculative_algorithm"] == "ddtree"
     assert parsed["cuda_graph_bs"] == "1,2,4,8" and str(parsed["drafter"]) == "pair/drafter"

@@ -21,7 +21,10 @@ DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_b
     ({"speculative_algorithm": "medusa"}, "speculative_algorithm must be one of"),
     ({**DDTREE, "speculative_ddtree_budget": 4}, "budget must be >= block size - 1"),
     ({"max_running_requests": 0}, "max_running_requests must be >= 1"),
-    ({**DDTREE, "speculative_ddtree_round_tokens": -1}, "_round_tokens must be >= 0"),
+    ({**DDTREE, "speculative_ddtree_round_tokens": 0}, "_round_tokens must be >= 1, or leave"),
+    ({**DDTREE, "speculative_ddtree_topk": 0}, "_topk must be >= 1, or leave it out"),
+    ({**DDTREE, "speculative_ddtree_max_depth": 6}, "_max_depth must be at most block_size - 1"),
+    ({"cuda_graph_bs": [1, 0]}, "cuda_graph_bs must be batch sizes >= 1"),
 ])
 def test_what_no_engine_can_launch_never_parses(params, message):
     with pytest.raises(InvalidParams, match=message):
@@ -54,14 +57,21 @@ def test_a_round_cap_reaches_the_spec_and_shrinks_the_tree_as_the_engine_does():
         assert step.verify_tokens == spec.at_rows(batch).num_nodes
     assert lp.at_batch(4).speculative_ddtree_budget == 7 and lp.at_batch(8).verify_tokens == 6
     uncapped = LaunchParams.from_params(DDTREE)
-    assert uncapped.at_batch(8) is uncapped and "r0" not in uncapped.label()
+    assert uncapped.at_batch(8) is uncapped and not uncapped.round_label
 
 
-def test_a_depth_cap_past_the_block_is_the_block():
-    spec = to_spec(LaunchParams(tp_size=1, speculative_algorithm="ddtree",
-                                speculative_dflash_block_size=4, speculative_ddtree_budget=8),
-                   trained_block=8)
-    assert spec.max_depth == 3  # the default cap of 7 reaches past a block of 4
+def test_no_depth_cap_is_the_block_and_no_width_cap_the_budget():
+    lp = LaunchParams(tp_size=1, speculative_algorithm="ddtree",
+                      speculative_dflash_block_size=4, speculative_ddtree_budget=8)
+    spec = to_spec(lp, trained_block=8)
+    assert (lp.tree_width, lp.tree_depth) == (spec.tree_width, spec.tree_depth) == (8, 3)
+    assert "k8 d3" in lp.label()
+
+
+def test_explicit_capture_sizes_replace_the_ladder_and_parse_from_a_list():
+    lp = LaunchParams.from_params({"tp_size": 1, "cuda_graph_bs": [8, 2, 4, 2]})
+    assert lp.cuda_graph_bs == (8, 2, 4, 2) and lp.capture_batch_sizes == (2, 4, 8)
+    assert LaunchParams(tp_size=1, cuda_graph=False, cuda_graph_bs=(2,)).capture_batch_sizes == ()
 
 
 def test_plain_decoding_needs_no_drafter_and_speculation_does():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from backends.perf_model.acceptance import AcceptanceProfile
+from backends.perf_model.acceptance import DrafterProfile
 from backends.perf_model.acceptance import chain_acceptance
 from backends.perf_model.acceptance import tree_acceptance
 
-REF = AcceptanceProfile((0.75,))  # the reference drafter: 0.75 a position
-FALLING = AcceptanceProfile((0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3), rank_decay=0.5)
+REF = DrafterProfile((0.75,))  # the reference drafter: 0.75 a position
+FALLING = DrafterProfile((0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3), rank_decay=0.5)
 
 
 def _hist_mean(hist: tuple[float, ...]) -> float:
@@ -21,7 +21,7 @@ def _hist_mean(hist: tuple[float, ...]) -> float:
 def test_chain_of_constant_profile_is_a_geometric_sum(a, block):
     # bonus token + P(first k drafts all right) for k = 1 .. block - 1
     expected = 1 + sum(a**k for k in range(1, block))
-    assert chain_acceptance(AcceptanceProfile((a,)), block).mean == pytest.approx(expected)
+    assert chain_acceptance(DrafterProfile((a,)), block).mean == pytest.approx(expected)
 
 
 def test_reference_drafter_accepts_3_6_tokens_a_block_8_step():
@@ -45,13 +45,13 @@ def test_hist_is_a_distribution_whose_mean_is_the_mean(acc):
 
 def test_chain_hist_by_hand():
     # block 3, a = 0.5: exactly 1 token w.p. 0.5, 2 w.p. 0.25, 3 w.p. 0.25
-    assert chain_acceptance(AcceptanceProfile((0.5,)), 3).hist == pytest.approx((0.5, 0.25, 0.25))
+    assert chain_acceptance(DrafterProfile((0.5,)), 3).hist == pytest.approx((0.5, 0.25, 0.25))
 
 
 def test_tiny_tree_by_hand():
     # depth 1, two children of the root: rank 1 p = 0.5, rank 2 p = (1 - 0.5)(1 - 0.5) = 0.25
     # mean = 1 + 0.5 + 0.25 = 1.75; one token w.p. 0.25, two w.p. 0.75
-    acc = tree_acceptance(AcceptanceProfile((0.5,), rank_decay=0.5), budget=2, topk=2,
+    acc = tree_acceptance(DrafterProfile((0.5,), rank_decay=0.5), budget=2, topk=2,
                           max_depth=1)
     assert acc.mean == pytest.approx(1.75)
     assert acc.hist == pytest.approx((0.25, 0.75))
@@ -60,7 +60,7 @@ def test_tiny_tree_by_hand():
 def test_best_first_tree_by_hand():
     # budget 3, depth 2, topk 2: take d1r1 (0.5), then the tie d1r2 (0.25) and d2r1
     # (0.5 x 0.5 = 0.25); d2 under d1r2 (0.125) is left out. mean = 1 + 0.5 + 0.25 + 0.25 = 2.0
-    acc = tree_acceptance(AcceptanceProfile((0.5,), rank_decay=0.5), budget=3, topk=2,
+    acc = tree_acceptance(DrafterProfile((0.5,), rank_decay=0.5), budget=3, topk=2,
                           max_depth=2)
     assert acc.mean == pytest.approx(2.0)
     assert acc.hist == pytest.approx((0.25, 0.5, 0.25))
@@ -90,7 +90,7 @@ def test_tree_acceptance_never_falls_as_the_budget_grows(profile, topk):
 
 
 def test_wider_trees_help_a_weak_drafter_more_than_a_chain_can():
-    weak = AcceptanceProfile((0.4,), rank_decay=0.6)
+    weak = DrafterProfile((0.4,), rank_decay=0.6)
     assert tree_acceptance(weak, 32, 4, 7).mean > chain_acceptance(weak, 8).mean + 0.3
 
 
@@ -98,7 +98,7 @@ def test_wider_trees_help_a_weak_drafter_more_than_a_chain_can():
                                  dict(top1=(0.5,), rank_decay=1.0)])
 def test_profile_rejects_non_probabilities(bad):
     with pytest.raises(ValueError):
-        AcceptanceProfile(**bad)
+        DrafterProfile(**bad)
 
 
 def test_fit_acceptance_scales_the_drafters_profile_to_measured_accept_lengths():

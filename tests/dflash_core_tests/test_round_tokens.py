@@ -19,13 +19,14 @@ def test_the_budget_shrinks_with_rows_down_to_the_chain_and_never_grows():
     assert Spec.ddtree(8, 3, round_tokens=8).at_rows(4).budget == 3  # below the chain: kept
     uncapped = Spec.ddtree(8, 32)
     assert uncapped.at_rows(8) is uncapped and Spec.dflash(8).at_rows(8) == Spec.dflash(8)
-    assert budget_at_rows(32, 8, 0, 8) == 32
+    assert budget_at_rows(32, 8, None, 8) == 32  # None: no cap
 
 
 def test_a_round_cap_is_refused_where_it_means_nothing():
-    with pytest.raises(ValueError, match="round_tokens must be >= 0"):
-        Spec.ddtree(8, 16, round_tokens=-1)
-    with pytest.raises(ValueError, match="only ddtree has one"):
+    for nothing in (-1, 0):  # no cap is None, never a count of 0
+        with pytest.raises(ValueError, match="round_tokens must be >= 1, or None for no cap"):
+            Spec.ddtree(8, 16, round_tokens=nothing)
+    with pytest.raises(ValueError, match="only ddtree has a round_tokens cap"):
         Spec("dflash", 8, round_tokens=64)
     assert Spec.of("dflash", 8, round_tokens=64) == Spec.dflash(8)  # dropped, as budget is
 

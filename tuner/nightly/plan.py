@@ -67,11 +67,11 @@ def _moves(lp: LaunchParams, max_block: int) -> list[tuple[str, dict[str, Any]]]
         moves += [(f"block size {b} -> {v}", {"speculative_dflash_block_size": v})
                   for v in (b + 1, b - 1)]
     if lp.is_ddtree:
-        budget, topk = lp.speculative_ddtree_budget, lp.speculative_ddtree_topk
+        budget, width = lp.speculative_ddtree_budget, lp.tree_width
         moves += [(f"tree budget {budget} -> {v}", {"speculative_ddtree_budget": v})
                   for v in (budget * 2, budget // 2)]
-        moves += [(f"tree top-k {topk} -> {v}", {"speculative_ddtree_topk": v})
-                  for v in (topk + 1, topk - 1)]
+        moves += [(f"tree top-k {width} -> {v}", {"speculative_ddtree_topk": v})
+                  for v in (width + 1, width - 1)]
     cap = lp.max_running_requests
     moves += [(f"running cap {cap} -> {v}", {"max_running_requests": v})
               for v in (cap * 2, cap // 2)]
@@ -131,6 +131,4 @@ def _moved(params: dict[str, Any], lp: LaunchParams, values: dict[str, Any]
 
 
 def _fits(lp: LaunchParams, max_block: int) -> bool:
-    if lp.is_ddtree and lp.speculative_ddtree_topk < 1:
-        return False
     return not lp.speculative or lp.speculative_dflash_block_size <= max_block
