@@ -123,6 +123,12 @@ def engine_launch(launch: Mapping[str, Any], drafter) -> LaunchParams:
     return LaunchParams(**values)
 
 
+def engine_params(drafter=None, **knobs: Any) -> LaunchParams:
+    """The launch an engine command makes of ``knobs`` (tuning names) with ``drafter``: its
+    defaults and derivations, as if given on the command line."""
+    return engine_launch({**ENGINE_DEFAULTS, **knobs}, drafter)
+
+
 def drafter_block(drafter) -> int:
     """The drafter's trained block size, from its config.json."""
     from dflash_core import DrafterConfig

@@ -39,10 +39,16 @@ def server_info(options: ServeOptions):
     tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
     return ServerInfo(_model_names(options)[0], tokenizer,
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
-                      {k: str(v) if isinstance(v, Path) else v
-                       for k, v in asdict(options).items()},
+                      _launch_card(options),
                       target_config(read_config(options.target)).vocab_size,
                       _model_names(options))
+
+
+def _launch_card(options: ServeOptions) -> dict:
+    """The launch as /v1/models shows it: one flat dict, the knobs under their tuning names."""
+    server = {k: v for k, v in asdict(options).items() if k not in ("launch", "runtime")}
+    card = {**server, **asdict(options.launch), **asdict(options.runtime)}
+    return {k: str(v) if isinstance(v, Path) else v for k, v in card.items()}
 
 
 def uvicorn_server(options: ServeOptions, app, model_name: str | None = None):

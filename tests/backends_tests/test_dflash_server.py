@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from backends.dflash_server.app import build_app
 from backends.dflash_server.launch import ServeOptions, build
+from backends.launch_cli import engine_params
 from dflash_core import SamplingParams
 from dflash_core.training.evaluate import held_out_prompts
 from dflash_core.training.pair import ensure_pair
@@ -22,9 +23,9 @@ PROMPTS = [p[:24] for p in held_out_prompts(PAIR)[:6]]
 
 @pytest.fixture(scope="module")
 def server():
-    options = ServeOptions(PAIR / "target", PAIR / "drafter", "ddtree",
-                           speculative_ddtree_budget=16,
-                           max_running_requests=3, max_context=256)
+    launch = engine_params(PAIR / "drafter", speculative_algorithm="ddtree",
+                           speculative_ddtree_budget=16, max_running_requests=3)
+    options = ServeOptions(PAIR / "target", PAIR / "drafter", launch, max_context=256)
     loop, info = build(options)
     loop.start()
     with TestClient(build_app(loop, info)) as client:
@@ -125,8 +126,8 @@ def test_a_client_that_leaves_mid_stream_frees_its_row(server):
 def slow_server():
     """Plain decoding with a long context: one request keeps the engine busy for seconds, so
     the check cannot race a request that already finished."""
-    loop, info = build(ServeOptions(PAIR / "target", None, "none", max_running_requests=2,
-                                    max_context=4096))
+    loop, info = build(ServeOptions(PAIR / "target", None,
+                                    engine_params(max_running_requests=2), max_context=4096))
     loop.start()
     with TestClient(build_app(loop, info)) as client:
         yield client

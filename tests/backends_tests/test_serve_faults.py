@@ -14,6 +14,7 @@ from backends.dflash_server import loop as loop_module
 from backends.dflash_server.app import build_app
 from backends.dflash_server.launch import ServeOptions, build
 from backends.dflash_server.loop import MAX_FAILED_ROUNDS, Ticket
+from backends.launch_cli import engine_params
 from dflash_core import SamplingParams
 from dflash_core.training.evaluate import held_out_prompts
 from dflash_core.training.pair import ensure_pair
@@ -24,8 +25,9 @@ GREEDY = SamplingParams(max_tokens=10)
 
 
 def _serve(rows: int = 2):
-    loop, info = build(ServeOptions(PAIR / "target", PAIR / "drafter", "dflash",
-                                    max_running_requests=rows, max_context=256))
+    loop, info = build(ServeOptions(
+        PAIR / "target", PAIR / "drafter",
+        engine_params(PAIR / "drafter", max_running_requests=rows), max_context=256))
     loop.start()
     return loop, info
 

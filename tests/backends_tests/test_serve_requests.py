@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from backends.dflash_server.app import build_app
 from backends.dflash_server.launch import ServeOptions, build
+from backends.launch_cli import engine_params
 from dflash_core import SamplingParams
 from dflash_core.training.evaluate import held_out_prompts
 from dflash_core.training.pair import ensure_pair
@@ -22,8 +23,9 @@ PROMPT = held_out_prompts(PAIR)[0][:24]
 
 @pytest.fixture(scope="module")
 def served():
-    loop, info = build(ServeOptions(PAIR / "target", PAIR / "drafter", "dflash",
-                                    max_running_requests=2, max_context=256))
+    loop, info = build(ServeOptions(
+        PAIR / "target", PAIR / "drafter",
+        engine_params(PAIR / "drafter", max_running_requests=2), max_context=256))
     loop.start()
     with TestClient(build_app(loop, info)) as client:
         yield client, loop, info

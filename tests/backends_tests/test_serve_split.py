@@ -27,6 +27,7 @@ from backends.dflash_server.client import ENGINE_LOST, EngineClient
 from backends.dflash_server.launch import ServeOptions, build_loop, server_info
 from backends.dflash_server.loop import MAX_FAILED_ROUNDS, Ticket
 from backends.failure_log import classify
+from backends.launch_cli import engine_params
 from backends.server import ServerSpec, free_port, launched
 from dflash_core import SamplingParams
 from dflash_core.training.evaluate import held_out_prompts
@@ -34,8 +35,8 @@ from dflash_core.training.pair import ensure_pair
 
 PAIR = ensure_pair()
 PROMPTS = [p[:20] for p in held_out_prompts(PAIR)[:3]]
-OPTIONS = ServeOptions(PAIR / "target", PAIR / "drafter", "dflash", max_running_requests=2,
-                       max_context=256)
+OPTIONS = ServeOptions(PAIR / "target", PAIR / "drafter",
+                       engine_params(PAIR / "drafter", max_running_requests=2), max_context=256)
 
 
 class _Split:
