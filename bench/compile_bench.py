@@ -34,9 +34,9 @@ def run(engine, spec: Spec, prompts: list[list[int]], tokens: int) -> tuple[floa
     batch.admit(prompts, [SamplingParams(max_tokens=tokens)] * len(prompts))
     step_s = 0.0
     while batch.live_rows():
-        with Timer() as step:
-            batch.step()
-        step_s += step.s
+        timer = Timer()
+        batch.step()
+        step_s += timer.s
     return step_s, batch.stats.rounds, [r.output for r in batch.requests]
 
 
@@ -49,9 +49,9 @@ def row(target, drafter, spec: Spec, prompts: list[list[int]], args, method: str
     for name, (mode, bucket) in modes.items():
         engines[name] = build_engine(target, drafter, max_batch=8, max_context=256,
                                      max_tree_nodes=64, compile=mode, context_bucket=bucket)
-        with Timer() as warm:
-            run(engines[name], spec, prompts, args.tokens)
-        warm_s[name] = round(warm.s, 1)
+        timer = Timer()
+        run(engines[name], spec, prompts, args.tokens)
+        warm_s[name] = round(timer.s, 1)
     ms, tokens = {name: [] for name in modes}, {}
     for _, name in turns(list(modes), args.repeats):
         step_s, rounds, tokens[name] = run(engines[name], spec, prompts, args.tokens)

@@ -45,13 +45,13 @@ def serve_queue(batch, prompts: list[list[int]], tokens: int) -> dict:
             batch.release(row)
         room = min(len(batch.free_rows()), len(queue))
         if room:
-            with Timer() as admit:
-                batch.admit(queue[:room], [sampling] * room)
-            admit_s += admit.s
+            timer = Timer()
+            batch.admit(queue[:room], [sampling] * room)
+            admit_s += timer.s
             del queue[:room]
-        with Timer() as step:
-            batch.step()
-        round_s += step.s
+        timer = Timer()
+        batch.step()
+        round_s += timer.s
         rounds += 1
     generated += sum(len(r.output) for r in batch.requests if r is not None)
     return {"admit_s": admit_s, "round_s": round_s, "tokens": generated, "rounds": rounds}
@@ -120,8 +120,8 @@ def main() -> None:
     print(f"\n{args.repeats} repeats x {args.requests} requests x {args.tokens} tokens; "
           f"{host_line()}", file=sys.stderr)
     save_json(args.json, {"args": vars(args), "rows": [
-        r | {"tok_s": round(r["tok_s"].median, 1), "tok_s_runs": r["tok_s"].runs}
-        for r in rows]})
+        r | {"tok_s": round(r["tok_s"].median, 1), "admit_share": round(r["admit_share"], 3),
+             "tok_s_runs": [round(t, 1) for t in r["tok_s"].runs]} for r in rows]})
 
 
 def summary(key: tuple, results: list[dict]) -> dict:

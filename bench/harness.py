@@ -1,8 +1,8 @@
 """What every benchmark in bench/ shares: the host line, a timer, repeats summarised as a median
 and a spread, ratios of runs measured in turns, the common options and a plain table.
 
-Spread is the range over the median, (max - min) / median: with 3-6 repeats on a shared machine
-the range is what a reader can check against the runs, and a MAD of so few says little.
+Spread is the range over the median, (max - min) / median: of 3-6 repeats a reader can check
+the range against the runs, and a MAD of so few says little.
 
     python bench/harness.py     # prints this machine's host line (bench/gpu_checks.sh uses it)
 """
@@ -56,21 +56,14 @@ def _cpu_model() -> str:
 
 
 class Timer:
-    """Wall seconds from creation (or `with` entry) to now, or to the `with` block's end."""
+    """Wall seconds since it was made: `timer = Timer(); work(); timer.s`."""
 
     def __init__(self) -> None:
-        self.began, self.ended = time.perf_counter(), None
-
-    def __enter__(self) -> Timer:
         self.began = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.ended = time.perf_counter()
 
     @property
     def s(self) -> float:
-        return (self.ended or time.perf_counter()) - self.began
+        return time.perf_counter() - self.began
 
 
 def samples(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
@@ -83,10 +76,10 @@ def samples(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
     sync()
     out = []
     for _ in range(repeats):
-        began = time.perf_counter()
+        timer = Timer()
         fn()
         sync()
-        out.append(time.perf_counter() - began)
+        out.append(timer.s)
     return out
 
 
@@ -124,11 +117,9 @@ def turn_ratios(ours: Sequence[float], theirs: Sequence[float]) -> Stat:
 
 
 def turn_order(names: Sequence, repeat: int) -> list:
-    """The order of one repeat's turns: reversed every other repeat and rotated every two, so
-    each thing follows each of the others in some repeat. A rotation alone keeps the cycle
-    (with A, B, C, B always follows A), and whatever one leaves running after its turn (vLLM's
-    CPU engine stays busy for about a second after a level) would always fall on the same next
-    one."""
+    """One repeat's order: reversed every other repeat, rotated every two, so each follows each
+    other in some repeat (a rotation alone keeps the cycle, and what one leaves running after
+    its turn, like vLLM's busy second after a level, would always fall on the same next one)."""
     names = list(names)
     shift = repeat // 2 % len(names)
     rotated = names[shift:] + names[:shift]

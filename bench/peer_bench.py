@@ -40,8 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import (Timer, arguments, host_line, save_json, stat, table, turn_order,
-                     turn_ratios)
+from harness import Timer, arguments, host_line, save_json, stat, table, turn_order, turn_ratios
 
 from backends import Deployment, LaunchParams, Workload, get_backend, vllm_cpu
 from backends.flags import LaunchTarget
