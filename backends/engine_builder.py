@@ -9,13 +9,12 @@ engine on this process, or on tp_size ranks started here and stopped on the way 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.engine_limits import check_fits
+from backends.engine_limits import check_fits, free_memory
 from backends.errors import UserError
 from backends.launch_params import InvalidParams, LaunchParams, to_spec
 
@@ -93,12 +92,18 @@ def open_engine(launch: LaunchParams, checkpoints: Checkpoints, runtime: EngineR
 def read_configs(target_dir: Path, drafter_dir: Path | None) -> tuple[Any, Any | None]:
     """The target's config (Qwen3 or DeepSeek) and the drafter's, from their config.json
     alone: over several ranks this process loads no full model."""
-    from dflash_core import DrafterConfig
     from dflash_core.models.architectures import target_config
     from dflash_core.models.config import read_config
 
-    drafter = DrafterConfig.from_dict(read_config(drafter_dir)) if drafter_dir else None
+    drafter = read_drafter_config(drafter_dir) if drafter_dir else None
     return target_config(read_config(target_dir)), drafter
+
+
+def read_drafter_config(drafter_dir: Path):
+    from dflash_core import DrafterConfig
+    from dflash_core.models.config import read_config
+
+    return DrafterConfig.from_dict(read_config(drafter_dir))
 
 
 def _spec(launch: LaunchParams, drafter_cfg):
@@ -132,19 +137,3 @@ def _itemsize(dtype: str) -> int:
         return as_dtype(dtype).itemsize
     except ValueError as error:
         raise UserError(str(error)) from None
-
-
-def free_memory(device: str) -> int:
-    """Bytes the engine could still allocate on ``device``."""
-    import torch
-
-    where = torch.device(device)
-    if where.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"device {device!r}: this machine has no CUDA device")
-        return torch.cuda.mem_get_info(where)[0]
-    try:  # MemAvailable counts the page cache the kernel would give back
-        meminfo = Path("/proc/meminfo").read_text()
-        return int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024
-    except (OSError, IndexError, ValueError):
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

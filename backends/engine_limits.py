@@ -12,7 +12,9 @@ factor, which is all a refusal needs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from backends.errors import UserError
@@ -80,3 +82,19 @@ def check_fits(target: Any, drafter: Any | None, spec: Any, batch: int, max_cont
             f"{need.kv_cache / GB:.1f} GB, one verify round {need.verify / GB:.1f} GB) and "
             f"{free_bytes / GB:.1f} GB are free: lower {tree}the running requests, the "
             "prompts or the tokens to generate")
+
+
+def free_memory(device: str) -> int:
+    """Bytes the engine could still allocate on ``device``."""
+    import torch
+
+    where = torch.device(device)
+    if where.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"device {device!r}: this machine has no CUDA device")
+        return torch.cuda.mem_get_info(where)[0]
+    try:  # MemAvailable counts the page cache the kernel would give back
+        meminfo = Path("/proc/meminfo").read_text()
+        return int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024
+    except (OSError, IndexError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -117,7 +117,9 @@ def engine_launch(launch: Mapping[str, Any], drafter) -> LaunchParams:
     values = dict(launch)
     values.setdefault("speculative_algorithm", "dflash" if drafter else "none")
     if "speculative_dflash_block_size" not in values and drafter:
-        values["speculative_dflash_block_size"] = drafter_block(drafter)
+        from backends.engine_builder import read_drafter_config
+
+        values["speculative_dflash_block_size"] = read_drafter_config(drafter).block_size
     if values.get("cuda_graph_bs"):
         values["cuda_graph"] = True
     return LaunchParams(**values)
@@ -127,11 +129,3 @@ def engine_params(drafter=None, **knobs: Any) -> LaunchParams:
     """The launch an engine command makes of ``knobs`` (tuning names) with ``drafter``: its
     defaults and derivations, as if given on the command line."""
     return engine_launch({**ENGINE_DEFAULTS, **knobs}, drafter)
-
-
-def drafter_block(drafter) -> int:
-    """The drafter's trained block size, from its config.json."""
-    from dflash_core import DrafterConfig
-    from dflash_core.models.config import read_config
-
-    return DrafterConfig.from_dict(read_config(drafter)).block_size

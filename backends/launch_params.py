@@ -49,11 +49,9 @@ class LaunchParams:
                             "split over them.")
     enable_dp_attention: bool = _knob(False, "Attention data-parallel over the tp group.")
     speculative_algorithm: str = _knob("none", "Speculation method: none, dflash or ddtree.")
-    # Tokens verified per DFlash step including the anchor (SGLang's meaning of the block size);
-    # vLLM's num_speculative_tokens is this minus one.
+    # SGLang's meaning of the block size; vLLM's num_speculative_tokens is this minus one.
     speculative_dflash_block_size: int = _knob(8, "DFlash block: tokens verified per round, "
                                                   "anchor included (at most the drafter's).")
-    # Non-root tree nodes; verify window is budget + 1.
     speculative_ddtree_budget: int = _knob(16, "DDTree node budget (root excluded); a round "
                                                "verifies budget + 1 tokens a request.")
     # None is "no cap" for the three tree caps; `tree_width` / `tree_depth` resolve them.
@@ -61,20 +59,16 @@ class LaunchParams:
                                                       "cap, as many as the budget).")
     speculative_ddtree_max_depth: int | None = _knob(None, "DDTree max depth (default: no cap, "
                                                            "block size - 1).")
-    # Verify tokens a round may spend over all its running requests: with more requests each
-    # gets a smaller tree (budget_at_rows), never smaller than the chain.
     speculative_ddtree_round_tokens: int | None = _knob(
         None, "DDTree verify tokens a round may spend over all its requests (default: no cap); "
               "at higher load each tree shrinks to round-tokens / requests - 1 nodes, never "
               "below block size - 1.")
-    # The greedy chain first: with budget and depth >= block - 1 a tree never accepts less than
-    # DFlash would. Only our engine builds trees this way.
-    speculative_ddtree_spine: bool = _knob(False, "DDTree: the greedy chain goes in first.")
+    speculative_ddtree_spine: bool = _knob(False, "DDTree: the greedy chain goes in first (never "
+                                                  "accepts less than DFlash; our engine only).")
     cuda_graph: bool = _knob(True, "Capture decode steps as CUDA graphs.")
     cuda_graph_max_bs: int = _knob(32, "Largest decode batch captured as a graph.")
     cuda_graph_bs_ladder: str = _knob("dense", "Captured batch sizes below the max: pow2 or "
                                                "dense (1, 2, 4, then every 8).")
-    # Explicit capture sizes (SGLang's --cuda-graph-bs); None: the ladder up to the max.
     cuda_graph_bs: tuple[int, ...] | None = _knob(
         None, "Captured decode batch sizes, e.g. 1,2,4,8: rounds run padded to these sizes and, "
               "on a CUDA device, replay captured graphs (with --compile, one compiled graph a "

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from cli_helpers import cli
 
@@ -50,3 +53,23 @@ def test_estimate_with_tp_not_dividing_gpus_is_a_one_line_error(tmp_path):
     run = cli("estimate", "--gpu", "h200-sxm", "--gpus", "8", "--model", "qwen3-8b", "--tp", "3",
               "--input-len", "10", "--output-len", "10", "--concurrency", "1", cwd=tmp_path)
     assert run.returncode == 2 and "does not divide" in run.stderr
+
+
+def test_estimate_takes_the_tuning_names_and_keeps_the_old_spellings(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "tuner", "estimate", "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    for name in ("--tp-size", "--speculative-algorithm", "--speculative-dflash-block-size",
+                 "--speculative-ddtree-budget", "--speculative-ddtree-topk",
+                 "--speculative-ddtree-max-depth", "--speculative-ddtree-round-tokens"):
+        assert name in run.stdout, name
+    tuned, _ = _levels(tmp_path, "--speculative-algorithm", "ddtree",
+                       "--speculative-ddtree-budget", "12")
+    old, _ = _levels(tmp_path, "--method", "ddtree", "--budget", "12")
+    assert tuned == old
+
+
+def test_estimate_of_a_ddtree_with_the_defaults_prices_the_uncapped_tree(tmp_path):
+    uncapped, _ = _levels(tmp_path, "--speculative-algorithm", "ddtree")
+    chain, _ = _levels(tmp_path, "--speculative-algorithm", "ddtree",
+                       "--speculative-ddtree-topk", "1")
+    assert uncapped[0]["accept_len_mean"] > chain[0]["accept_len_mean"]
