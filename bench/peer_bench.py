@@ -40,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch  # noqa: F401 - the host line's CPU capability (AVX2 or AVX-512: vLLM's bf16 path)
 from harness import Timer, arguments, host_line, save_json, stat, table, turn_order, turn_ratios
 
 from backends import Deployment, LaunchParams, Workload, get_backend, vllm_cpu
