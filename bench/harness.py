@@ -52,7 +52,7 @@ def _cpu_model() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or platform.machine()
+    return (names or [platform.processor() or platform.machine()])[0]
 
 
 class Timer:
@@ -67,10 +67,9 @@ class Timer:
 
 
 def samples(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
-            sync: Callable[[], None] | None = None) -> list[float]:
+            sync: Callable[[], object] = lambda: None) -> list[float]:
     """Seconds of each of `repeats` calls of fn() after `warmup` untimed ones; `sync` (e.g.
     torch.cuda.synchronize) is called before each clock read, so queued device work counts."""
-    sync = sync or (lambda: None)
     for _ in range(warmup):
         fn()
     sync()
@@ -136,11 +135,9 @@ def arguments(doc: str, repeats: int | None = None, seed: int | None = None
     """A parser described by the docstring's first line, with `--json PATH` and, when given a
     default, `--repeats N` and `--seed S`."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--json", type=Path, metavar="PATH",
-                        help="also write the results, with the host, as JSON here")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
     if repeats is not None:
-        parser.add_argument("--repeats", type=int, default=repeats,
-                            help="runs of each measurement (medians and spreads reported)")
+        parser.add_argument("--repeats", type=int, default=repeats, help="runs of each measurement")
     if seed is not None:
         parser.add_argument("--seed", type=int, default=seed, help="random seed")
     return parser
