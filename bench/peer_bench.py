@@ -67,7 +67,7 @@ def method(key: str) -> tuple[str, dict]:
     return f"ddtree b8 budget {budget}" + (f" r{cap}" if cap else ""), {
         "speculative_algorithm": "ddtree", "speculative_dflash_block_size": 8,
         "speculative_ddtree_budget": int(budget), "speculative_ddtree_topk": 4,
-        "speculative_ddtree_round_tokens": int(cap or 0)}
+        "speculative_ddtree_round_tokens": int(cap) if cap else None}
 
 
 # vLLM's CPU thread binding (VLLM_CPU_OMP_THREADS_BIND): "auto" binds its compute threads to
