@@ -11,6 +11,7 @@ from collections.abc import Callable
 from backends.base import Backend
 from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment, DrafterSpec
+from backends.errors import UserError
 from backends.launch_params import InvalidParams, LaunchParams
 
 
@@ -65,7 +66,7 @@ BACKENDS: dict[str, Callable[..., Backend]] = {
 
 def get_backend(name: str, deployment: Deployment, **options) -> Backend:
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; available: {', '.join(sorted(BACKENDS))}")
+        raise UserError(f"unknown backend {name!r}; available: {', '.join(sorted(BACKENDS))}")
     return BACKENDS[name](deployment, **options)
 
 

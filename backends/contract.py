@@ -12,6 +12,8 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from backends.errors import UserError
+
 
 class FailureClass(str, enum.Enum):
     OOM = "oom"
@@ -46,11 +48,11 @@ class Workload:
 
     def __post_init__(self) -> None:
         if self.input_len < 1 or self.output_len < 1:
-            raise ValueError("input_len and output_len must be >= 1")
+            raise UserError("input_len and output_len must be >= 1")
         if not self.concurrency or min(self.concurrency) < 1:
-            raise ValueError("concurrency levels must be a non-empty list of integers >= 1")
+            raise UserError("concurrency levels must be a non-empty list of integers >= 1")
         if self.request_rate is not None and not self.request_rate > 0:
-            raise ValueError(f"request_rate must be > 0 requests/s, got {self.request_rate}")
+            raise UserError(f"request_rate must be > 0 requests/s, got {self.request_rate}")
 
 
 @dataclass(slots=True)

@@ -104,10 +104,6 @@ ENGINE_DEFAULTS = {"tp_size": 1, "cuda_graph": False}
 ENGINE_DERIVED = {"speculative_algorithm": "dflash with a drafter, else none",
                   "speculative_dflash_block_size": "the drafter's trained block",
                   "cuda_graph_bs": "none, eager rounds"}
-SPECULATION = ("speculative_algorithm", "speculative_dflash_block_size",
-               "speculative_ddtree_budget", "speculative_ddtree_topk",
-               "speculative_ddtree_max_depth", "speculative_ddtree_round_tokens",
-               "speculative_ddtree_spine")
 
 
 def engine_launch(launch: Mapping[str, Any], drafter) -> LaunchParams:

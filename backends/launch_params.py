@@ -25,7 +25,8 @@ GRAPH_LADDERS = ("pow2", "dense")
 # order they depend on each other: the method, its block, then the tree's shape.
 SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
                      "speculative_ddtree_budget", "speculative_ddtree_topk",
-                     "speculative_ddtree_max_depth", "speculative_ddtree_round_tokens")
+                     "speculative_ddtree_max_depth", "speculative_ddtree_round_tokens",
+                     "speculative_ddtree_spine")
 # What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
 _ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float),
            "tuple[int, ...]": (tuple,)}
@@ -117,9 +118,9 @@ class LaunchParams:
             raise InvalidParams("speculative_ddtree_budget must be >= block size - 1")
         if self.is_ddtree:
             self._check_tree_caps()
-        if self.cuda_graph_bs is not None and not (
-                self.cuda_graph_bs and all(type(b) is int and b >= 1 for b in self.cuda_graph_bs)):
-            raise InvalidParams(f"cuda_graph_bs must be batch sizes >= 1, got {self.cuda_graph_bs}")
+        sizes = self.cuda_graph_bs
+        if sizes is not None and not (sizes and all(type(b) is int and b >= 1 for b in sizes)):
+            raise InvalidParams(f"cuda_graph_bs must be batch sizes >= 1, got {sizes}")
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise InvalidParams("mem_fraction_static must be in (0, 1)")
 

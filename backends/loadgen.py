@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from backends.contract import Measurement
+from backends.errors import UserError
 from backends.latency import LevelResult, RequestResult, percentile, to_ms
 from backends.spec_metrics import FLAVORS, accept_len, scrape
 
@@ -68,18 +69,18 @@ class LoadSpec:
 
     def __post_init__(self) -> None:
         if not self.prompts:
-            raise ValueError("prompts must not be empty")
+            raise UserError("prompts must not be empty")
         if self.output_len < 1 or not self.concurrency_levels or min(self.concurrency_levels) < 1:
-            raise ValueError("output_len and every concurrency level must be >= 1")
+            raise UserError("output_len and every concurrency level must be >= 1")
         if self.endpoint == CHAT_ENDPOINT and not all(isinstance(p, str) for p in self.prompts):
-            raise ValueError(f"{CHAT_ENDPOINT} takes text prompts, not token ids")
+            raise UserError(f"{CHAT_ENDPOINT} takes text prompts, not token ids")
         if self.metrics_flavor not in FLAVORS:
-            raise ValueError(f"metrics_flavor must be one of {', '.join(FLAVORS)}")
+            raise UserError(f"metrics_flavor must be one of {', '.join(FLAVORS)}")
         if self.output_lens is not None and (len(self.output_lens) != len(self.prompts)
                                              or min(self.output_lens) < 1):
-            raise ValueError("output_lens must give a length >= 1 for each prompt")
+            raise UserError("output_lens must give a length >= 1 for each prompt")
         if self.request_rate is not None and not self.request_rate > 0:
-            raise ValueError("request_rate must be > 0 requests/s")
+            raise UserError("request_rate must be > 0 requests/s")
 
     def requests(self) -> Iterator[tuple[list[int] | str, int]]:
         """(prompt, max_tokens) pairs, cycled forever."""

@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from backends.base import Backend
 from backends.contract import Measurement, Workload
+from backends.errors import UserError
 from backends.launch_params import LaunchParams
 from backends.session import Session
 
@@ -46,11 +47,11 @@ class Simulation:
 
     def __post_init__(self) -> None:
         if self.noise < 0 or self.launch_s < 0 or not 0 <= self.real_time <= 1:
-            raise ValueError("noise and launch_s must be >= 0, real_time in [0, 1]")
+            raise UserError("noise and launch_s must be >= 0, real_time in [0, 1]")
         if not 0 <= self.launch_share <= 1:
-            raise ValueError("launch_share must be in [0, 1]")
+            raise UserError("launch_share must be in [0, 1]")
         if self.reference_requests < 1:
-            raise ValueError("reference_requests must be >= 1")
+            raise UserError("reference_requests must be >= 1")
 
 
 class SimulatedBackend(Backend):

@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.errors import UserError
+
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
@@ -180,7 +182,7 @@ FLAVORS = tuple(_ACCEPT)
 def accept_len(flavor: str, before: Scrape, after: Scrape) -> float | None:
     """Tau over the interval between two scrapes; ``None`` when the metrics are absent."""
     if flavor not in _ACCEPT:
-        raise ValueError(f"unknown metrics flavor {flavor!r}; use one of {', '.join(FLAVORS)}")
+        raise UserError(f"unknown metrics flavor {flavor!r}; use one of {', '.join(FLAVORS)}")
     return _ACCEPT[flavor](before, after)
 
 

@@ -17,6 +17,7 @@ from backends.perf_model.references import Reference, load_reference
 from backends.perf_model.references import model_predictor
 from tuner import render
 from tuner.config import Config
+from tuner.errors import UsageError
 
 WITHIN = 0.25  # the target: a held-out level predicted within +-25%
 
@@ -61,7 +62,7 @@ def fit_study(cfg: Config, holdout: float = 0.0, trials: list | None = None):
     fit_trials, held_trials = _split(trials, holdout)
     fit_obs, held = _observations(fit_trials), _observations(held_trials)
     if not fit_obs:
-        raise ValueError(f"study {cfg.study.name!r} has no successful measured level to fit")
+        raise UsageError(f"study {cfg.study.name!r} has no successful measured level to fit")
     workload = workload_from(cfg)
     dep = fit_acceptance(deployment_from(cfg), efficiency_from(cfg), workload,
                          [(t.launch, row.get("accept_len_mean")) for t in fit_trials

@@ -21,10 +21,12 @@ from backends.dflash_server.cli import Drafter
 from backends.dflash_server.cli import Dtype
 from backends.dflash_server.cli import option
 from backends.dflash_server.cli import serve  # noqa: F401  (registered as `dflash-tune serve`)
-from backends.launch_cli import ENGINE_DEFAULTS, ENGINE_DERIVED, SPECULATION, launch_options
+from backends.launch_cli import ENGINE_DEFAULTS, ENGINE_DERIVED, launch_options
+from backends.launch_params import SPECULATION_KNOBS
 from tuner import render
 
-GENERATE_KNOBS = (*SPECULATION, "tp_size", "ep_size")  # the batch is the prompts: no cap
+# The batch is the prompts: no running cap, no capture sizes.
+GENERATE_KNOBS = (*SPECULATION_KNOBS, "tp_size", "ep_size")
 
 
 @launch_options(GENERATE_KNOBS, ENGINE_DEFAULTS, ENGINE_DERIVED)

@@ -9,8 +9,8 @@ class TunerError(Exception):
     exit_code = 1
 
 
-class UsageError(TunerError):
-    """A command-line value the command cannot use."""
+class UsageError(TunerError, ValueError):
+    """A value the command cannot use (a ValueError too, so pydantic reports it in a config)."""
 
     exit_code = 2
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.errors import UsageError
+
 _PATTERN = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
 # Metrics a limit may name: fields of backends.base.Measurement with a number in them.
@@ -26,10 +28,10 @@ class Limit:
     def parse(cls, text: str) -> Limit:
         match = _PATTERN.match(text)
         if not match:
-            raise ValueError(f"SLA {text!r} is not of the form metric<=value or metric>=value")
+            raise UsageError(f"SLA {text!r} is not of the form metric<=value or metric>=value")
         metric, op, value = match.groups()
         if metric not in SLA_METRICS:
-            raise ValueError(f"SLA metric {metric!r} is unknown; use one of {', '.join(SLA_METRICS)}")
+            raise UsageError(f"SLA metric {metric!r} is unknown; use one of {', '.join(SLA_METRICS)}")
         return cls(metric, op, float(value))
 
     def violation(self, observed: float | None) -> float:

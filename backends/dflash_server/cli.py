@@ -12,12 +12,14 @@ from typing import Annotated, Any
 import typer
 
 from backends.flags.dflash import FLAGS
-from backends.launch_cli import ENGINE_DEFAULTS, ENGINE_DERIVED, SPECULATION, launch_options
+from backends.launch_cli import ENGINE_DEFAULTS, ENGINE_DERIVED, launch_options
+from backends.launch_params import SPECULATION_KNOBS
 
 LogLevel = Enum("LogLevel", {level: level for level in (
     "critical", "error", "warning", "info", "debug", "trace")}, type=str)  # uvicorn's
 # The knobs serve takes: every LaunchParams field its flag table spells.
-SERVE_KNOBS = (*SPECULATION, "max_running_requests", "tp_size", "ep_size", "cuda_graph_bs")
+SERVE_KNOBS = (*SPECULATION_KNOBS, "max_running_requests", "tp_size", "ep_size",
+               "cuda_graph_bs")
 
 
 def option(knob: str, help: str, *aliases: str):
@@ -76,6 +78,9 @@ def serve(
 
 
 def main() -> None:
-    # A refused configuration ends in its traceback: the "...Error: ..." line is what the
-    # failure classifier reads from a server's log, as it does from any engine's.
-    typer.run(serve)
+    # A refused configuration ends in its plain traceback (Rich's boxed one splits lines): the
+    # "...Error: ..." line is what the failure classifier reads from a server's log, as it does
+    # from any engine's.
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(serve)
+    app()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from backends.errors import UserError
 from backends.flags._versions import VersionRange
 from backends.flags._versions import parse_version
 from backends.launch_params import InvalidParams
@@ -47,7 +48,7 @@ class LaunchTarget:
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+            raise UserError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
 
     def head(self, *default: str) -> tuple[str, ...]:
         """The command that starts the engine: the launcher if one is set, else `default`."""
@@ -118,7 +119,7 @@ class EngineDialect:
             if parsed in table.versions:
                 return table
         ranges = ", ".join(str(t.versions) for t in self.tables)
-        raise ValueError(
+        raise UserError(
             f"{self.display_name} {version} is not supported; supported versions: {ranges}"
         )
 
@@ -137,14 +138,14 @@ class EngineDialect:
         known = self.known_keys()
         unknown = sorted(set(overrides) - set(known))
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"unknown {self.display_name} flag override key(s) {', '.join(unknown)}; "
                 f"known keys: {', '.join(known)}"
             )
         for key, spelling in overrides.items():
             looks_like_flag = isinstance(spelling, str) and spelling.startswith("-")
             if spelling is not None and not looks_like_flag:
-                raise ValueError(
+                raise UserError(
                     f"flag override {key}: {spelling!r} must be a flag such as '--x-y' or null"
                 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from backends.errors import UserError
 from backends.flags import dflash, sglang, vllm
 from backends.flags._dialect import EngineDialect, LaunchTarget
 from backends.launch_params import LaunchParams
@@ -21,7 +22,7 @@ def _dialect(engine: str) -> EngineDialect:
         return _DIALECTS[engine]
     except KeyError:
         known = ", ".join(ENGINES)
-        raise ValueError(f"unknown engine {engine!r}; known engines: {known}") from None
+        raise UserError(f"unknown engine {engine!r}; known engines: {known}") from None
 
 
 def _version(dialect: EngineDialect, version: str | None) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from backends.errors import UserError
+
 Version = tuple[int, int, int]
 
 # Release suffixes pip shows for the same flag set (0.5.23.post1, 0.33.0rc1, 0.33.0+cu129).
@@ -21,7 +23,7 @@ def parse_version(text: str) -> Version:
     """
     match = _VERSION_RE.match(text.strip())
     if not match:
-        raise ValueError(f"cannot parse engine version {text!r}; expected e.g. '0.5.23'")
+        raise UserError(f"cannot parse engine version {text!r}; expected e.g. '0.5.23'")
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
 

@@ -26,9 +26,9 @@ class DrafterProfile:
 
     def __post_init__(self) -> None:
         if not self.top1 or not all(0.0 <= a <= 1.0 for a in self.top1):
-            raise ValueError("acceptance profile entries must be probabilities in [0, 1]")
+            raise UserError("acceptance profile entries must be probabilities in [0, 1]")
         if not 0.0 <= self.rank_decay < 1.0:
-            raise ValueError("rank_decay must be in [0, 1)")
+            raise UserError("rank_decay must be in [0, 1)")
 
     def rank_prob(self, depth: int, rank: int) -> float:
         """P(target token = drafter's rank-``rank`` token at ``depth`` | correct prefix)."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from dataclasses import fields
 from dataclasses import replace
 
+from backends.errors import UserError
+
 # Fixed assumptions (not fitted).
 KERNELS_PER_LAYER = 15  # eager launches per transformer layer (norms, GEMMs, attention, collectives)
 KERNELS_PER_FORWARD = 20  # embedding, LM head, sampling, metadata copies
@@ -98,9 +100,9 @@ class Efficiency:
         for f in fields(self):
             value = getattr(self, f.name)
             if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
-                raise ValueError(f"{f.name} must be > 0")
+                raise UserError(f"{f.name} must be > 0")
         if self.bandwidth_efficiency > 1 or self.compute_efficiency > 1:
-            raise ValueError("bandwidth_efficiency and compute_efficiency must be <= 1")
+            raise UserError("bandwidth_efficiency and compute_efficiency must be <= 1")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

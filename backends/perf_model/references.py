@@ -10,6 +10,7 @@ import yaml
 
 from backends.contract import Workload
 from backends.deployment import Deployment, DrafterSpec
+from backends.errors import UserError
 from backends.flags import LaunchTarget
 from backends.launch_params import LaunchParams
 from backends.perf_model.backend import PerfModelBackend
@@ -84,10 +85,10 @@ def load_reference(name_or_path: str) -> Reference:
     try:
         return replace(_parse(raw), name=path.stem)
     except KeyError as err:
-        raise ValueError(f"{path}: missing key {err.args[0]!r} (format: docs/CALIBRATE.md)") \
+        raise UserError(f"{path}: missing key {err.args[0]!r} (format: docs/CALIBRATE.md)") \
             from None
     except (TypeError, AttributeError, ValueError) as err:  # ValueError: InvalidParams, ...
-        raise ValueError(f"{path}: {err} (format: docs/CALIBRATE.md)") from None
+        raise UserError(f"{path}: {err} (format: docs/CALIBRATE.md)") from None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -96,15 +97,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ValueError(f"{path}: not valid YAML: {getattr(err, 'problem', None) or err}"
+        raise UserError(f"{path}: not valid YAML: {getattr(err, 'problem', None) or err}"
                          f"{where}") from None
     if not isinstance(raw, dict):
         what = "is empty" if raw is None else f"holds a {type(raw).__name__}, not a mapping"
-        raise ValueError(f"{path} {what}: a reference needs deployment, workload and "
+        raise UserError(f"{path} {what}: a reference needs deployment, workload and "
                          "observations (format: docs/CALIBRATE.md)")
     for key, kind in (("deployment", dict), ("workload", dict), ("observations", list)):
         if not isinstance(raw.get(key), kind) or not raw[key]:
-            raise ValueError(f"{path}: {key} must be a non-empty "
+            raise UserError(f"{path}: {key} must be a non-empty "
                              f"{'mapping' if kind is dict else 'list'} (format: docs/CALIBRATE.md)")
     return raw
 
@@ -140,15 +141,15 @@ def _drafter(raw: dict[str, Any]) -> DrafterSpec:
 
 def _observation(o: Any, defaults: dict[str, Any], workload: Workload) -> Observation:
     if not isinstance(o, dict):
-        raise ValueError(f"each observation must be a mapping (name, at, output_tok_s, "
+        raise UserError(f"each observation must be a mapping (name, at, output_tok_s, "
                          f"params), got {o!r}")
     if o["at"] != PEAK and o["at"] not in workload.concurrency:
-        raise ValueError(f"observation {o['name']!r}: at must be {PEAK!r} or one of the "
+        raise UserError(f"observation {o['name']!r}: at must be {PEAK!r} or one of the "
                          f"workload's concurrency levels {list(workload.concurrency)}, "
                          f"got {o['at']!r}")
     metric = o.get("metric", "output_tok_s")
     if metric not in METRICS:
-        raise ValueError(f"observation {o['name']!r}: metric must be one of {list(METRICS)}")
+        raise UserError(f"observation {o['name']!r}: metric must be one of {list(METRICS)}")
     value = o["value"] if "value" in o else o["output_tok_s"]
     params = LaunchParams.from_params({**defaults, **(o.get("params") or {})})
     baseline = None

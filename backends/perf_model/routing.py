@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from backends.errors import UserError
+
 
 def expected_distinct_experts(num_experts: int, top_k: int, tokens: int,
                               skew: float = 0.0) -> float:
@@ -62,7 +64,7 @@ def pick_probabilities(num_experts: int, top_k: int, skew: float) -> tuple[float
     at 1 (a token picks an expert at most once) with the excess spread over the rest in
     proportion to their weights. Sums to ``top_k``."""
     if skew < 0:
-        raise ValueError(f"routing skew must be >= 0, got {skew}")
+        raise UserError(f"routing skew must be >= 0, got {skew}")
     weights = [(rank + 1) ** -skew for rank in range(num_experts)]
     probs = [0.0] * num_experts
     free, budget = list(range(num_experts)), float(top_k)

@@ -18,7 +18,7 @@ def test_each_engine_has_its_own_default_port():
 
 
 def test_the_serve_label_names_only_what_serve_reads():
-    assert engine_label("dflash", DDTREE) == "ddtree b8 B16 k4 d7 graphs<=32 run48"
+    assert engine_label("dflash", DDTREE) == "ddtree b8 B16 k16 d7 graphs<=32 run48"  # no caps
     plain = LaunchParams(tp_size=1, cuda_graph=False, max_running_requests=8)
     assert engine_label("dflash", plain) == "plain eager run8"
     assert engine_label("sglang", DDTREE) == DDTREE.label()  # layout and memory matter there

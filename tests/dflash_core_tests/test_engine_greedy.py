@@ -136,13 +136,15 @@ def test_spec_knobs_are_named_like_the_tuning_parameters():
     assert (spec.block_size, spec.budget, spec.topk, spec.max_depth) == (8, 32, 4, 5)
     assert spec_for("ddtree", 8, None, 32, topk=4, max_depth=5, spine=True) == spec
     assert spec.tree_depth == 5  # the cap
-    assert Spec.ddtree(8, 32).tree_depth == 7  # max_depth 0: block_size - 1
+    assert Spec.ddtree(8, 32).tree_depth == 7  # no depth cap: block_size - 1
+    assert Spec.ddtree(8, 32).tree_width == 32  # no width cap: the budget
     assert Spec.ddtree(8, 3).tree_depth == 3  # a tree of 3 nodes is at most 3 deep
     assert Spec.dflash(8).tree_depth == 7 and Spec.none().tree_depth == 0
-    with pytest.raises(ValueError, match=r"max_depth must be in 0\.\.block_size-1, got 8"):
+    with pytest.raises(ValueError, match=r"max_depth must be at most block_size - 1 = 7, got 8"):
         Spec.ddtree(8, 32, max_depth=8)
-    with pytest.raises(ValueError, match="topk >= 0"):
-        Spec.ddtree(8, 32, topk=-1)
+    for no_cap_is_not_zero in ({"topk": 0}, {"max_depth": 0}, {"topk": -1}):
+        with pytest.raises(ValueError, match=">= 1, or None for no cap"):
+            Spec.ddtree(8, 32, **no_cap_is_not_zero)
 
 
 def test_stage_times_are_zeros_unless_stage_timing_is_asked_for():

@@ -69,9 +69,10 @@ def test_generate_refuses_a_checkpoint_config_field_of_the_wrong_type(checkpoint
 
 @pytest.mark.parametrize("args, message", [
     # Before the check, this tree grew the process past 8 GB before anything was said.
-    (["--budget", "100000"], ("--budget 100000 is past the largest tree the engine verifies, "
-                              "1024 nodes")),
-    (["--budget", "16", "--max-tokens", "1000000000"], "GB are free: lower --budget, --width"),
+    (["--budget", "100000"], ("speculative_ddtree_budget 100000 is past the largest tree the "
+                              "engine verifies, 1024 nodes")),
+    (["--budget", "16", "--max-tokens", "1000000000"],
+     "GB are free: lower speculative_ddtree_budget, the running requests"),
 ])
 def test_generate_refuses_a_tree_or_context_the_engine_cannot_allocate(checkpoints, tmp_path,
                                                                       args, message):

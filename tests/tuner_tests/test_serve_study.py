@@ -129,7 +129,7 @@ def test_a_launch_that_fails_is_recorded_with_its_class_and_the_study_goes_on(tm
              "params": {"tp_size": {"type": "categorical", "choices": [1]},
                         "speculative_algorithm": {"type": "categorical", "choices": ["none"]},
                         "cuda_graph": {"type": "categorical", "choices": [False]},
-                        # 10^9 rows of KV cache cannot be allocated: the server dies with OOM.
+                        # 10^9 rows of KV cache cannot fit: the server refuses them, as OOM.
                         "max_running_requests": {"type": "categorical",
                                                  "choices": [4, 1_000_000_000]}}}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
@@ -143,7 +143,7 @@ def test_a_launch_that_fails_is_recorded_with_its_class_and_the_study_goes_on(tm
     statuses = _rows(tmp_path, "select status from dflash_tune_trials order by trial_number")
     assert {"oom", "ok"} <= {s for (s,) in statuses} and len(statuses) == 3
     excerpt = _rows(tmp_path, "select log_excerpt from dflash_tune_trials where status = 'oom'")
-    assert "allocate" in excerpt[0][0]
+    assert "GB are free: lower the running requests" in excerpt[0][0]
 
 
 def test_a_launch_aware_serve_study_gates_its_winner_against_the_baseline(tmp_path):

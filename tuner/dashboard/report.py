@@ -22,6 +22,7 @@ from tuner.dashboard.page import Section
 from tuner.dashboard.page import esc
 from tuner.dashboard.page import page
 from tuner.dashboard.page import table
+from tuner.errors import UsageError
 
 EXCERPT_CHARS = 600  # the tail of a log is where the error is
 NIGHTLY_ROWS = 20
@@ -33,7 +34,7 @@ def write_report(storage_url: str, study_name: str, out_path: str | os.PathLike,
                  refresh_s: int | None = None) -> Path:
     """Write the report of ``study_name`` to ``out_path`` and return the path. The file is
     replaced atomically, so a browser or ``serve_report`` never reads half of it.
-    Raises NoResultError when the DB or the study does not exist, ValueError when ``out_path``
+    Raises NoResultError when the DB or the study does not exist, UsageError when ``out_path``
     cannot be written (checked before the report is built)."""
     return write_html(out_path, lambda: build_report(storage_url, study_name, refresh_s))
 
@@ -56,7 +57,7 @@ def _writable_tmp(out: Path) -> Path:
     """The temporary file beside ``out`` the report goes to, created now: a directory or an
     unwritable place fails in a second, not after the report was built."""
     if out.is_dir():
-        raise ValueError(f"{out} is a directory; give the report a file name, e.g. "
+        raise UsageError(f"{out} is a directory; give the report a file name, e.g. "
                          f"{out / 'report.html'}")
     tmp = out.with_name(f".{out.name}.tmp")
     try:
@@ -67,9 +68,9 @@ def _writable_tmp(out: Path) -> Path:
     return tmp
 
 
-def _unwritable(out: Path, err: OSError) -> ValueError:
+def _unwritable(out: Path, err: OSError) -> UsageError:
     where = f" ({err.filename})" if err.filename and str(err.filename) != str(out) else ""
-    return ValueError(f"cannot write the report to {out}: {err.strerror or err}{where}")
+    return UsageError(f"cannot write the report to {out}: {err.strerror or err}{where}")
 
 
 def build_report(storage_url: str, study_name: str, refresh_s: int | None = None) -> str:

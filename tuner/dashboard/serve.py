@@ -28,6 +28,7 @@ from tuner import render
 from tuner.dashboard.nightly import TABLE as NIGHTLY_TABLE
 from tuner.dashboard.page import esc
 from tuner.dashboard.report import build_report
+from tuner.errors import UsageError
 
 WILDCARDS = {"0.0.0.0", ""}  # bound to every interface
 
@@ -156,7 +157,7 @@ def _bound(handler: type[BaseHTTPRequestHandler], host: str, port: int) -> Threa
     except OSError as err:  # a busy port, a privileged one, a host name that does not resolve
         server.server_close()
         hint = "; pick another with --port" if err.errno == errno.EADDRINUSE else ""
-        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}{hint}") from None
+        raise UsageError(f"cannot listen on {host}:{port}: {err.strerror or err}{hint}") from None
     return server
 
 

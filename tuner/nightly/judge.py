@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tuner.config import Config
+from tuner.errors import UsageError
 from tuner.nightly.compare import Reference
 from tuner.nightly.compare import Verdict
 from tuner.nightly.compare import beats
@@ -41,9 +42,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.explore < 0 or self.history < 1:
-            raise ValueError("repeats and history must be >= 1, explore >= 0")
+            raise UsageError("repeats and history must be >= 1, explore >= 0")
         if not 0.0 <= self.threshold < 1.0 or self.mad_k < 0:
-            raise ValueError("threshold must be in [0, 1) and mad_k >= 0")
+            raise UsageError("threshold must be in [0, 1) and mad_k >= 0")
 
     @property
     def min_ok(self) -> int:
