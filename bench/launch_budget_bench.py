@@ -1,4 +1,4 @@
-"""Launch-aware tuning vs plain TPE on a noisy node with a real launch cost (issue 8's target).
+"""Launch-aware tuning vs plain TPE on a noisy node with a real launch cost.
 
 The node is the `simulated` backend: the performance model with hidden constants (the truth),
 measured with `--noise` relative SD and `--launch-s` virtual seconds per launch. The true
@@ -138,7 +138,8 @@ def main() -> None:
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore")
-    tmp = Path(tempfile.mkdtemp())
+    folder = tempfile.TemporaryDirectory(prefix="launch-budget-")  # the studies' DBs
+    tmp = Path(folder.name)
     truth = Truth(config(0, args.noise, args.launch_s, "launch_aware", tmp / "t.db", 2))
     timer = Timer()
     optimum, opt_params = truth.optimum()

@@ -76,14 +76,16 @@ def main() -> None:
     parser = arguments(__doc__, seed=0)
     parser.add_argument("--max-tokens", type=int, default=24)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="traffic-bench-"))
-    pairs = {"dense": (SHIPPED / "target", SHIPPED / "drafter"),
-             "MoE": write_random_pair("qwen3-moe", folder / "moe", seed=args.seed),
-             "MLA": write_random_pair("deepseek-v3", folder / "mla", seed=args.seed)}
-    rows = []
-    for name, tp, ep in LAYOUTS:
-        pair = pairs[name.split()[0]]
-        rows += [dict(model=name, **row) for row in run_layout(pair, tp, ep, args.max_tokens)]
+    with tempfile.TemporaryDirectory(prefix="traffic-bench-") as tmp:  # the random pairs
+        folder = Path(tmp)
+        pairs = {"dense": (SHIPPED / "target", SHIPPED / "drafter"),
+                 "MoE": write_random_pair("qwen3-moe", folder / "moe", seed=args.seed),
+                 "MLA": write_random_pair("deepseek-v3", folder / "mla", seed=args.seed)}
+        rows = []
+        for name, tp, ep in LAYOUTS:
+            pair = pairs[name.split()[0]]
+            rows += [dict(model=name, **row)
+                     for row in run_layout(pair, tp, ep, args.max_tokens)]
     print(f"batch {len(PROMPTS)}, {args.max_tokens} tokens")
     print(table(["model", "layout", "method", "verify tokens/req", "tau",
                  "all-reduce /round (KiB)", "all-gather /round (KiB)", "broadcast /round (B)",

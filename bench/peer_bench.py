@@ -23,7 +23,7 @@ ours / vLLM (and DDTree / our DFlash) as the median of the per-repeat ratios.
 `--no-vllm` runs our servers alone (a DDTree phase: our DDTree beside our DFlash). Before the
 harness waited for idle CPUs, vLLM's busy second after each level fell on our DDTree, which
 then measured 0.68-0.72 of our DFlash at 8 requests with vLLM up and 0.95-0.98 without it
-(docs/BENCHMARKS.md, issue 18 ninth and tenth passes).
+(docs/BENCHMARKS.md, "Engine vs vLLM").
 
 `--our-compile inductor` (or max-autotune) serves ours with `--compile inductor`: the round
 (verify, drafter block pass, DDTree build) compiled per round shape, rows padded to

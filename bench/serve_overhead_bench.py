@@ -3,10 +3,10 @@
 All run the same engine configuration on the same prompts at the same concurrency; the serve
 sides go through a real server, the async load generator and streaming HTTP: "serve" as shipped
 (the engine in its own process, the HTTP front end in another) and "serve thread" with
-`--engine-thread` (both in one process, as before issue 18's split). Repeats alternate the
+`--engine-thread` (both in one process). Repeats alternate the
 three so drift hits all; medians are reported, the ratios as medians of per-repeat ratios. CPU
 only (where this project's CI runs), so absolute tok/s say little; the ratio is the point
-(issue 6 target: serve >= 85% of in-process at concurrency 8).
+(target: serve >= 85% of in-process at concurrency 8).
 
     python bench/serve_overhead_bench.py [--repeats 3] [--concurrency 8] [--configs plain,...]
         [--json OUT]

@@ -47,7 +47,7 @@ def slot_index(slots: Tensor, heads: int, capacity: int) -> Tensor:
 def put_slots(stored: Tensor, index: Tensor, values: Tensor) -> None:
     """stored [..., B, H, S, D] <- values [..., B, H, N, D] at `slot_index(slots, H, S)`, the
     leading dims (layers) alike, as one copy of D-wide rows (a scatter moves element by element:
-    7x slower on a CPU for a chain's writes at 8 rows, bench/cache_write_bench.py)."""
+    7x slower on a CPU for a chain's writes at 8 rows, measured)."""
     *lead, b, h, s, d = stored.shape
     flat = stored.view(*lead, b * h * s, d)  # B, H, S merge in any row range of the cache
     flat.index_copy_(len(lead), index, values.reshape(*lead, -1, d))

@@ -140,7 +140,8 @@ class Ranks:
                     print(f"dflash-tune: rank {rank} exited (code {process.exitcode}); "
                           "stopping every rank", file=sys.stderr, flush=True)
                     self._stop_all()
-                    if self.exit_on_death:
+                    if self.exit_on_death:  # os._exit runs no cleanup: the folder goes first
+                        shutil.rmtree(self._folder, ignore_errors=True)
                         os._exit(EXIT_RANK_LOST)
                     return
 
