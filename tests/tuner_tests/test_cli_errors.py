@@ -16,7 +16,6 @@ ESTIMATE = ["dflash-tune", "estimate", "--gpu", "h200-sxm", "--model", "qwen3-8b
 
 def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     monkeypatch.setattr(sys, "argv", list(argv))
-    monkeypatch.setattr(cli.render.human, "file", sys.stderr)  # capsys's stream
     with pytest.raises(SystemExit) as stop:
         cli.main()
     return stop.value.code, capsys.readouterr().err
