@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from backends.base import Backend, refusals
@@ -117,11 +117,11 @@ class _EngineSession(Session):
         self.backend, self.engine, self.spec, self.warm = backend, engine, spec, False
         if workload.request_rate is not None:
             raise UserError("the in-process backend measures closed loops only; "
-                             "workload.request_rate needs a server backend")
+                            "workload.request_rate needs a server backend")
         prompts = prompt_set(workload, backend.deployment.target.model_path, 64, backend.seed)
         if not all(isinstance(p, list) for p in prompts.prompts):
             raise UserError(f"{prompts.source}: the in-process engine takes token ids, and "
-                             "the target has no tokenizer.json to make them from text")
+                            "the target has no tokenizer.json to make them from text")
         # No stop tokens: every request produces exactly its max_tokens, like ignore_eos.
         sampling = SamplingParams(temperature=workload.temperature,
                                   max_tokens=workload.output_len, seed=backend.seed)

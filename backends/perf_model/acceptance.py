@@ -86,7 +86,7 @@ def profile_for_length(acceptance_length: float, block_size: int,
     it ("accept length"). Bisection: the chain's mean grows monotonically with the top-1 rate."""
     if not 1.0 <= acceptance_length <= block_size:
         raise UserError(f"acceptance length {acceptance_length} must lie in [1, block size "
-                         f"{block_size}]")
+                        f"{block_size}]")
     low, high = 0.0, 1.0
     for _ in range(50):
         mid = (low + high) / 2

@@ -98,15 +98,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise UserError(f"{path}: not valid YAML: {getattr(err, 'problem', None) or err}"
-                         f"{where}") from None
+                        f"{where}") from None
     if not isinstance(raw, dict):
         what = "is empty" if raw is None else f"holds a {type(raw).__name__}, not a mapping"
         raise UserError(f"{path} {what}: a reference needs deployment, workload and "
-                         "observations (format: docs/CALIBRATE.md)")
+                        "observations (format: docs/CALIBRATE.md)")
     for key, kind in (("deployment", dict), ("workload", dict), ("observations", list)):
         if not isinstance(raw.get(key), kind) or not raw[key]:
             raise UserError(f"{path}: {key} must be a non-empty "
-                             f"{'mapping' if kind is dict else 'list'} (format: docs/CALIBRATE.md)")
+                            f"{'mapping' if kind is dict else 'list'} (format: docs/CALIBRATE.md)")
     return raw
 
 
@@ -142,11 +142,11 @@ def _drafter(raw: dict[str, Any]) -> DrafterSpec:
 def _observation(o: Any, defaults: dict[str, Any], workload: Workload) -> Observation:
     if not isinstance(o, dict):
         raise UserError(f"each observation must be a mapping (name, at, output_tok_s, "
-                         f"params), got {o!r}")
+                        f"params), got {o!r}")
     if o["at"] != PEAK and o["at"] not in workload.concurrency:
         raise UserError(f"observation {o['name']!r}: at must be {PEAK!r} or one of the "
-                         f"workload's concurrency levels {list(workload.concurrency)}, "
-                         f"got {o['at']!r}")
+                        f"workload's concurrency levels {list(workload.concurrency)}, "
+                        f"got {o['at']!r}")
     metric = o.get("metric", "output_tok_s")
     if metric not in METRICS:
         raise UserError(f"observation {o['name']!r}: metric must be one of {list(METRICS)}")
