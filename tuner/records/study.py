@@ -78,7 +78,7 @@ def load_winner(engine: sa.Engine, study: str) -> dict[str, Any] | None:
              .order_by(winners.c.id.desc()).limit(1))
     with engine.connect() as conn:
         row = conn.execute(query).scalar()
-    return json.loads(row) if row else None
+    return stored_params(json.loads(row)) if row else None
 
 
 def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
@@ -110,9 +110,17 @@ def load_trials(engine: sa.Engine, study: str) -> list[TrialRecord]:
 
 
 def _trial(row: Any, levels: dict[int, dict[str, Any]]) -> TrialRecord:
-    params = json.loads(row["params_json"])
+    params = stored_params(json.loads(row["params_json"]))
     return TrialRecord(
         trial_number=row["trial_number"], backend=row["backend"], params=params,
         status=row["status"], measured=row["measured"], command=row["command"],
         env=json.loads(row["env_json"]), log_excerpt=row["log_excerpt"], measurements=levels,
         launch=parse(params)[0])
+
+
+def stored_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's parameters as stored, in today's meanings: a round cap of 0, which studies
+    recorded while 0 meant "no cap", is None."""
+    if params.get("speculative_ddtree_round_tokens") == 0:
+        return {**params, "speculative_ddtree_round_tokens": None}
+    return params
