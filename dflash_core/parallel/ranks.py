@@ -167,7 +167,8 @@ def _stop_helpers() -> None:
 
 
 def _follower_main(rank: int, recipe: EngineRecipe, init: str, parent: int) -> None:
-    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    folder = os.path.dirname(init.removeprefix("file://"))
+    threading.Thread(target=_exit_with_parent, args=(parent, folder), daemon=True).start()
     _set_threads(recipe.rank_threads())
     comm = init_comm(rank, recipe.layout.world, init, recipe.rank_device(rank))
     engine = build_rank_engine(recipe, comm)
@@ -176,12 +177,14 @@ def _follower_main(rank: int, recipe: EngineRecipe, init: str, parent: int) -> N
     close_comm()
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Rank 0 is not our OS parent (the fork server is), so poll for it by pid."""
+def _exit_with_parent(parent: int, folder: str) -> None:
+    """Rank 0 is not our OS parent (the fork server is), so poll for it by pid; a rank 0 that
+    was killed left its rendezvous folder behind, which goes too."""
     while True:
         try:
             os.kill(parent, 0)
         except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
             os._exit(1)
         time.sleep(0.2)
 
