@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import Annotated, Any
 
 import typer
@@ -65,11 +65,7 @@ def launch_options(names: Iterable[str], defaults: Mapping[str, Any] | None = No
 def _annotation(name: str, defaults: Mapping[str, Any], derived: Mapping[str, str]):
     field = _FIELDS[name]
     kind = _TYPES[field.type]
-    if name in derived:
-        shown = derived[name]
-    else:
-        value = defaults.get(name, field.default if field.default is not MISSING else None)
-        shown = _shown(value, kind)
+    shown = derived[name] if name in derived else _shown(defaults.get(name, field.default))
     help = field.metadata["help"] + (f" (default: {shown})" if shown else "")
     decls = spellings(name)
     if kind is bool:
@@ -77,7 +73,7 @@ def _annotation(name: str, defaults: Mapping[str, Any], derived: Mapping[str, st
     return Annotated[kind | None, typer.Option(*decls, help=help, show_default=False)]
 
 
-def _shown(value: Any, kind: type) -> str:
+def _shown(value: Any) -> str:
     if value is None:
         return ""  # the help says what no value means
     if isinstance(value, bool):
