@@ -72,8 +72,12 @@ class Measurement:
     accept_len_mean: float | None = None
     accept_len_hist: list[float] | None = None
     peak_mem_gib: float | None = None
-    # Where the step time goes (ms per decode step), when the backend can tell.
+    # Where the step time goes (ms per decode step), when the backend can tell; for a model,
+    # where each component's time comes from (measured | roofline | fitted) and its share of
+    # the hardware's speed of light (%).
     breakdown_ms: dict[str, float] = field(default_factory=dict)
+    breakdown_source: dict[str, str] = field(default_factory=dict)
+    breakdown_sol_pct: dict[str, float] = field(default_factory=dict)
     predicted: bool = False
     failure: FailureClass | None = None
     log_excerpt: str = ""

@@ -277,6 +277,11 @@ class TableOrJson(str, Enum):
     json = "json"
 
 
+class EstimateEngine(str, Enum):
+    sglang = "sglang"
+    vllm = "vllm"
+
+
 def _estimate_options(command):
     from backends.launch_cli import launch_options
     from tuner.estimate import ESTIMATE_DERIVED, ESTIMATE_KNOBS
@@ -297,6 +302,9 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
                       "bonus included (3.5-4.1 on the reference node's block-8 drafter).")]
              = 3.8,
              drafter_layers: Annotated[int, typer.Option(min=1)] = 5,
+             engine: Annotated[EstimateEngine, typer.Option(
+                 help="The serving engine whose measured kernels and constants price the "
+                      "step.")] = EstimateEngine.sglang,
              fmt: Annotated[TableOrJson, typer.Option("--format")] = TableOrJson.table,
              *, launch: dict) -> None:
     """What the performance model predicts for one configuration, without a study or a GPU.
@@ -308,7 +316,7 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
 
     levels = tuple(sorted({_level(c) for c in concurrency.split(",") if c.strip()}))
     req = EstimateRequest(gpu, gpus, model, acceptance_length, drafter_layers, input_len,
-                          output_len, levels, launch)
+                          output_len, levels, launch, engine.value)
     rows = run_estimate(req)
     show(req, rows)
     if fmt is TableOrJson.json:

@@ -37,6 +37,7 @@ class EstimateRequest:
     output_len: int
     concurrency: tuple[int, ...]
     knobs: Mapping[str, Any] = field(default_factory=dict)  # given LaunchParams fields
+    engine: str = "sglang"  # whose kernel tables and fitted constants price the step
 
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)
@@ -58,7 +59,7 @@ class EstimateRequest:
                                   target_layers=tuple(range(self.drafter_layers)),
                                   acceptance=profile.top1)
         return Deployment(gpu=self.gpu, gpus=self.gpus, model=self.model, drafter=drafter,
-                          target=LaunchTarget(model_path="/models/target",
+                          engine=self.engine, target=LaunchTarget(model_path="/models/target",
                                               drafter_path="/models/drafter"))
 
 
@@ -88,7 +89,8 @@ def _level(m: Measurement) -> dict:
     return {"concurrency": m.concurrency, "output_tok_s": m.output_tok_s,
             "tpot_p50_ms": m.tpot_p50_ms, "ttft_p50_ms": m.ttft_p50_ms,
             "tok_s_per_user": m.tok_s_per_user, "accept_len_mean": m.accept_len_mean,
-            "peak_mem_gib": m.peak_mem_gib, "breakdown_ms": m.breakdown_ms}
+            "peak_mem_gib": m.peak_mem_gib, "breakdown_ms": m.breakdown_ms,
+            "breakdown_source": m.breakdown_source, "breakdown_sol_pct": m.breakdown_sol_pct}
 
 
 def show(req: EstimateRequest, rows: Sequence[Measurement]) -> None:
@@ -97,7 +99,16 @@ def show(req: EstimateRequest, rows: Sequence[Measurement]) -> None:
               f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}") for m in rows]
     render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}",
                  columns, table)
-    render.note("step breakdown, ms per round:")
+    render.note("step breakdown, ms per round (where each time comes from: measured kernel "
+                "tables, roofline, fitted constant; % = share of the hardware's speed of light):")
     for m in rows:
-        parts = ", ".join(f"{k} {v:.3f}" for k, v in m.breakdown_ms.items())
-        render.note(f"  c={m.concurrency}: {parts}")
+        render.note(f"  c={m.concurrency}: " + ", ".join(_part(m, k) for k in m.breakdown_ms))
+
+
+def _part(m: Measurement, name: str) -> str:
+    text = f"{name} {m.breakdown_ms[name]:.3f}"
+    source = m.breakdown_source.get(name)
+    sol = m.breakdown_sol_pct.get(name)
+    if source:
+        text += f" [{source}" + (f" {sol:.0f}%" if sol is not None else "") + "]"
+    return text

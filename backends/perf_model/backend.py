@@ -14,6 +14,7 @@ from backends.launch_params import InvalidParams, LaunchParams
 from backends.perf_model.acceptance import DrafterProfile, chain_acceptance, tree_acceptance
 from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.kernels.tables import tables_for
 from backends.perf_model.shipped import default_efficiency
 from backends.perf_model.memory import plan_memory
 from backends.perf_model.predict import Setup, predict
@@ -22,7 +23,8 @@ from backends.session import Session
 
 
 class PerfModelBackend(Backend):
-    """Roofline + interconnect + acceptance model of one node. Deterministic and CPU-only."""
+    """Measured kernels (roofline where no table covers a shape) + acceptance model of one
+    node. Deterministic and CPU-only."""
 
     name: ClassVar[str] = "model"
     predicts: ClassVar[bool] = True
@@ -30,8 +32,8 @@ class PerfModelBackend(Backend):
     def __init__(self, deployment: Deployment, efficiency: Efficiency | None = None) -> None:
         self.deployment = deployment
         hw = load_hardware(deployment.gpu)
-        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu,
-                                                                  deployment.engine))
+        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu, deployment.engine),
+                         tables_for(hw.measured_system, deployment.engine))
         self.model = load_model(deployment.model)
         spec = deployment.drafter
         self.drafter = spec and drafter_arch(

@@ -16,6 +16,7 @@ import yaml
 
 from backends.errors import UserError
 from backends.perf_model.constants import SMALL_KERNELS, fit_classes
+from backends.perf_model.shapes import Linear, drafter_linears, target_linears
 
 _HERE = Path(__file__).parent
 BF16_BYTES = 2
@@ -37,10 +38,13 @@ class Hardware:
     memory: str = "hbm3e"  # memory kind: its achieved bandwidth efficiency is fitted per kind
     # A GPU runs kernels while the host launches the next ones; a CPU host does both itself.
     host_overlaps_device: bool = True
+    # The system whose measured kernel tables time this GPU's kernels (kernels/tables.py);
+    # empty: none, every term is a roofline.
+    measured_system: str = ""
 
     def classes(self, engine: str) -> dict[str, str]:
         """The class each fitted constant of this GPU, under ``engine``, is shared within."""
-        return fit_classes(self.memory, self.interconnect, engine)
+        return fit_classes(self.memory, self.interconnect, engine, bool(self.measured_system))
 
 
 @dataclass(slots=True, frozen=True)
@@ -68,6 +72,9 @@ class ModelArch:
     dense_weight_bits: float = 16
     # Zipf exponent of expert popularity (routing.py); 0 = uniform routing.
     routing_skew: float = 0.0
+    linears: tuple[Linear, ...] = ()  # the non-expert GEMMs of a forward (shapes.py)
+    num_heads: int = 0  # attention (query) heads
+    head_dim: int = 0  # GQA head dimension (0 for MLA)
 
     @property
     def num_moe_layers(self) -> int:
@@ -109,6 +116,11 @@ class ModelArch:
         return self.num_layers * attn + self.num_dense_layers * mlp + self.num_moe_layers * moe
 
     @property
+    def moe_inter(self) -> int:
+        """One routed expert's intermediate size."""
+        return self.expert_params // (3 * self.hidden) if self.expert_params else 0
+
+    @property
     def expert_bytes(self) -> float:
         return self.expert_params * self.expert_weight_bits / 8
 
@@ -132,6 +144,9 @@ class DrafterArch:
     kv_bytes_per_token_layer: int
     attn_flops_per_token_ctx_layer: int
     block_size: int
+    linears: tuple[Linear, ...] = ()  # the drafter's GEMMs (shapes.py)
+    num_heads: int = 0
+    head_dim: int = 0
 
     @property
     def weight_bytes(self) -> float:
@@ -198,6 +213,7 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
     moe_inter = c.get("moe_intermediate_size", 0)
     dense_layers = c.get("first_k_dense_replace", 0) if experts else layers
     attn, kv_bytes, kv_heads, attn_flops = _attention(c, hidden)
+    dense_bits = c.get("dense_weight_bits") or _fp8_dense_bits(c) or 16
     return ModelArch(
         name=name, num_layers=layers, num_dense_layers=dense_layers, hidden=hidden,
         vocab=c["vocab_size"], attn_params_per_layer=attn,
@@ -210,8 +226,9 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         kv_bytes_per_token_layer=kv_bytes, kv_heads=kv_heads,
         attn_flops_per_token_ctx_layer=attn_flops,
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-        dense_weight_bits=c.get("dense_weight_bits") or _fp8_dense_bits(c) or 16,
-        routing_skew=_routing_skew(c),
+        dense_weight_bits=dense_bits, routing_skew=_routing_skew(c),
+        linears=target_linears(c, dense_bits), num_heads=c["num_attention_heads"],
+        head_dim=0 if kv_heads == 0 else (c.get("head_dim") or hidden // c["num_attention_heads"]),
     )
 
 
@@ -270,4 +287,7 @@ def drafter_arch(target: ModelArch, num_layers: int, num_target_layers: int, blo
         fc_params=num_target_layers * hidden * hidden, kv_heads=kv_heads,
         kv_bytes_per_token_layer=2 * kv_heads * head_dim * BF16_BYTES,
         attn_flops_per_token_ctx_layer=4 * heads * head_dim, block_size=block_size,
+        linears=drafter_linears(hidden, num_layers, num_target_layers, heads, kv_heads,
+                                head_dim, inter),
+        num_heads=heads, head_dim=head_dim,
     )

@@ -26,7 +26,8 @@ from backends.perf_model.references import Reference, model_predictor
 
 # us added before taking the log of a constant that may be 0 (the per-round cost), so that the
 # log stays finite and 0 stays reachable.
-_SHIFT = {"spec_round_us": 20.0, "spec_request_us": 2.0, "kernel_fixed_us": 0.5}
+_SHIFT = {"spec_round_us": 20.0, "spec_request_us": 2.0, "kernel_fixed_us": 0.5,
+          "ep_dispatch_us": 2.0}
 PRIOR_WEIGHT = 0.05  # a prior residual of log(2) costs like a 3.5% miss on one observation
 NOISE_FLOOR = 0.05  # relative error assumed of a published number, for the standard errors
 WEAK_SE = 0.35  # a log standard error above this (about +-40%) is "not identified"
@@ -114,6 +115,9 @@ def constants_of(sources: Sequence[Reference]) -> list[Constant]:
     for src in sources:
         for name, klass in _classes(src).items():
             if name.startswith("spec_") and not any(o.launch.speculative
+                                                   for o in src.observations):
+                continue
+            if name == "ep_dispatch_us" and not any(o.launch.ep_size > 1
                                                    for o in src.observations):
                 continue
             c = Constant(name, klass)

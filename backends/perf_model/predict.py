@@ -18,6 +18,7 @@ from backends.perf_model.step import Node
 from backends.perf_model.step import draft_forward
 from backends.perf_model.step import graphed
 from backends.perf_model.step import target_forward
+from backends.perf_model.terms import Term, fitted, total
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,35 +43,41 @@ class Setup:
         return replace(self, lp=lp, acceptance=self.acceptance_of(lp))
 
 
-def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
-    """Per-component ms of one decode step for ``batch`` running requests on one replica."""
+def step_terms(s: Setup, batch: int, context: float) -> dict[str, Term]:
+    """Each component of one decode step for ``batch`` running requests on one replica: its
+    time (ms), where the time comes from and its speed of light (terms.Term)."""
     padded = graphed(s.lp, batch)
     use_graph = padded is not None
     verify = target_forward(s.node, s.model, s.lp, batch, s.lp.verify_tokens, context,
                             use_graph, padded)
-    parts = {"weights": verify.weights, "kv": verify.kv, "matmul_fixed": verify.matmul_fixed,
-             "small_kernels": verify.small_kernels, "comm": verify.comm}
+    parts = {k: t for k, t in verify.terms.items() if t.ms or k != "ep_dispatch"}
     host = verify.host
     if s.acceptance is not None and s.drafter is not None:
         # SGLang runs the drafter eagerly under attention-DP even with decode graphs on.
         draft_graph = use_graph and not s.lp.enable_dp_attention
         draft = draft_forward(s.node, s.model, s.drafter, s.lp, batch, s.acceptance.mean,
                               context, draft_graph, padded if draft_graph else None)
-        parts["draft"] = draft.device
+        parts["draft"] = total(draft.terms.values())
         host += draft.host
-        # Serial per-round work no roofline sees (accept walk, KV commit / rollback, the
+        # Serial per-round work no kernel table sees (accept walk, KV commit / rollback, the
         # drafter's own launch sequence and its extra sync): published DFlash rounds at
-        # concurrency 1 are far slower than their bytes and FLOPs alone.
+        # concurrency 1 are far slower than their kernels alone.
         eff = s.node.eff
-        parts["spec_round"] = (eff.spec_round_us + batch * eff.spec_request_us) / 1e3
+        parts["spec_round"] = fitted((eff.spec_round_us + batch * eff.spec_request_us) / 1e3)
     # Launches are asynchronous: the host runs ahead of the GPU until the step's one sync, so
     # only host time beyond the device time shows up in the step. A CPU host runs the kernels
     # it dispatches, so all of its dispatch time adds to theirs.
     if s.node.hw.host_overlaps_device:
-        parts["host_exposed"] = max(C.EXPOSED_HOST_FLOOR * host, host - sum(parts.values()))
+        device = sum(t.ms for t in parts.values())
+        parts["host_exposed"] = fitted(max(C.EXPOSED_HOST_FLOOR * host, host - device))
     else:
-        parts["host_exposed"] = host
+        parts["host_exposed"] = fitted(host)
     return parts
+
+
+def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
+    """Per-component ms of one decode step for ``batch`` running requests on one replica."""
+    return {name: t.ms for name, t in step_terms(s, batch, context).items()}
 
 
 def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
@@ -83,18 +90,23 @@ def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
     batch = math.ceil(running / dp)
     s = s.at_batch(batch)
     context = workload.input_len + workload.output_len / 2
-    parts = step_breakdown(s, batch, context)
+    terms = step_terms(s, batch, context)
+    parts = {name: t.ms for name, t in terms.items()}
     step_ms = sum(parts.values())
     accepted = s.acceptance.mean if s.acceptance else 1.0
     rounds = workload.output_len / accepted
-    prefill_ms = _prefill_ms(s, workload.input_len, batch)
+    prefill = _prefill(s, workload.input_len, batch)
+    prefill_ms = prefill.ms
     # One replica's time to finish its ``batch`` requests, its own prefills included.
     cycle_ms = rounds * step_ms + batch * prefill_ms
     output_tok_s = running * workload.output_len / cycle_ms * 1e3
     parts["prefill_share"] = batch * prefill_ms / rounds  # per round, as the step sees it
+    sources = {name: t.source for name, t in terms.items()}
+    sources["prefill_share"] = prefill.source
+    sol = {name: t.sol_pct for name, t in terms.items() if t.sol_pct is not None}
     # A request's decode is stalled by the other running requests' prefills.
     tpot_ms = (rounds * step_ms + (batch - 1) * prefill_ms) / workload.output_len
-    ttft_ms = _prefill_ms(s, workload.input_len, 1) + step_ms
+    ttft_ms = _prefill(s, workload.input_len, 1).ms + step_ms
     if concurrency > running:  # the rest wait for a slot: one request's whole life per slot
         ttft_ms += (concurrency - running) / running * cycle_ms
     return Measurement(
@@ -104,11 +116,12 @@ def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
         ttft_p50_ms=ttft_ms, ttft_p99_ms=ttft_ms, tpot_p50_ms=tpot_ms, tpot_p99_ms=tpot_ms,
         accept_len_mean=accepted,
         accept_len_hist=list(s.acceptance.hist) if s.acceptance else None,
-        peak_mem_gib=s.plan.peak_gib, breakdown_ms=parts, predicted=True,
+        peak_mem_gib=s.plan.peak_gib, breakdown_ms=parts, breakdown_source=sources,
+        breakdown_sol_pct=sol, predicted=True,
     )
 
 
-def _prefill_ms(s: Setup, input_len: int, batch: int) -> float:
+def _prefill(s: Setup, input_len: int, batch: int) -> Term:
     """Time one prompt costs the engine. Prompts go in chunks of the engine's prefill budget;
     with ``batch`` requests running, a chunk packs several prompts, so each streams the weights
     once per chunk, not once per prompt; its GEMMs are compute-bound and it attends to the
@@ -118,7 +131,8 @@ def _prefill_ms(s: Setup, input_len: int, batch: int) -> float:
     prompts = max(1, chunk // input_len)  # prompts a chunk packs
     rows = min(chunk, prompts * input_len)
     fwd = target_forward(s.node, s.model, s.lp, prompts, rows // prompts, input_len / 2,
-                         use_graph=False)
+                         use_graph=False, prefill=True)
     overlapped = s.node.hw.host_overlaps_device
     per_chunk = max(fwd.device, fwd.host) if overlapped else fwd.device + fwd.host
-    return per_chunk / prompts * max(1.0, input_len / C.CHUNKED_PREFILL_TOKENS)
+    ms = per_chunk / prompts * max(1.0, input_len / C.CHUNKED_PREFILL_TOKENS)
+    return Term(ms, total(fwd.terms.values()).source)

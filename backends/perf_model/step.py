@@ -2,8 +2,11 @@
 
 A step is one target forward over ``batch x tokens_per_request`` tokens (1 for plain decoding,
 the block for DFlash, budget + 1 for DDTree), preceded by one drafter forward when speculating.
-Each component is a roofline (bytes / achieved bandwidth vs FLOPs / achieved throughput) or a
-latency term, and stays visible in the returned breakdown so a user can see what dominates.
+Each component is a ``terms.Term``: looked up in the GPU's measured kernel tables where they
+cover it (dense GEMMs at the step's rows, the MoE kernel at the step's tokens, attention,
+every collective at its size), a roofline where they do not, and a fitted constant for what no
+table holds (small kernels, expert-parallel overhead, host time). Every term stays visible in
+the breakdown, with its source and its share of the speed of light.
 """
 
 from __future__ import annotations
@@ -13,73 +16,40 @@ from dataclasses import dataclass
 
 from backends.launch_params import LaunchParams
 from backends.perf_model import constants as C
-from backends.perf_model.catalog import BF16_BYTES
 from backends.perf_model.catalog import DrafterArch
-from backends.perf_model.catalog import Hardware
 from backends.perf_model.catalog import ModelArch
-from backends.perf_model.constants import Efficiency
+from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
+from backends.perf_model.terms import ROOFLINE, Term, collective, decode_attention, experts
+from backends.perf_model.terms import fitted, gemms, total
+from backends.perf_model.traffic import Collectives
 from backends.perf_model.traffic import target_collectives
 
-
-@dataclass(slots=True, frozen=True)
-class Node:
-    """One GPU type with the efficiency constants that turn datasheets into achieved numbers."""
-
-    hw: Hardware
-    eff: Efficiency
-
-    def mem_ms(self, nbytes: float) -> float:
-        return nbytes / (self.hw.bandwidth_gbs * 1e9 * self.eff.bandwidth_efficiency) * 1e3
-
-    def compute_ms(self, flops: float, rows: float) -> float:
-        """Tensor work of GEMMs ``rows`` tall: small shapes reach less of the peak."""
-        shape = 1.0 if math.isinf(rows) else rows / (rows + C.GEMM_HALF_ROWS)
-        return flops / (self.hw.bf16_tflops * 1e12 * self.eff.compute_efficiency * shape) * 1e3
-
-    def linear_ms(self, nbytes: float, flops: float, rows: float) -> float:
-        """Weight-streaming GEMMs: a roofline, bound by the weight stream or by tensor work."""
-        return max(self.mem_ms(nbytes), self.compute_ms(flops, rows))
-
-    def collective_ms(self, nbytes: float, group: int, all_reduce: bool) -> float:
-        """Ring collective over ``group`` GPUs: all-reduce moves twice an all-gather's bytes."""
-        if group <= 1:
-            return 0.0
-        factor = 2.0 if all_reduce else 1.0
-        wire = factor * (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
-        return self.eff.collective_latency_us / 1e3 + wire
-
-    def all_to_all_ms(self, nbytes: float, group: int) -> float:
-        """Expert dispatch (or combine) of ``nbytes`` a rank holds: (group-1)/group of it leaves
-        the rank, the same share arrives, over each GPU's own link."""
-        if group <= 1:
-            return 0.0
-        wire = (group - 1) / group * nbytes / (self.hw.link_gbs * 1e9) * 1e3
-        return self.eff.collective_latency_us / 1e3 + wire
-
-    def kernels_ms(self, kernels: int) -> float:
-        """GPU time of ``kernels`` small kernels beyond their bytes and FLOPs (fixed each)."""
-        return kernels * self.eff.kernel_fixed_us / 1e3
-
-    def host_ms(self, launches: float) -> float:
-        return launches * self.eff.launch_overhead_us / 1e3
+__all__ = ["Forward", "Node", "draft_forward", "graphed", "target_forward"]
 
 
 @dataclass(slots=True, frozen=True)
 class Forward:
     """Per-GPU time of one forward pass, by component (ms)."""
 
-    weights: float
-    kv: float
-    matmul_fixed: float
-    comm: float
+    gemm: Term  # the dense (non-expert) GEMMs, LM head included
+    moe: Term  # the routed experts
+    attention: Term
+    comm: Term
+    small_kernels: Term  # the layers' non-GEMM kernels (Efficiency.kernel_fixed_us each)
+    ep_dispatch: Term  # expert parallelism outside the MoE kernel (Efficiency.ep_dispatch_us)
     host: float
-    small_kernels: float  # the layers' non-GEMM kernels (Efficiency.kernel_fixed_us each)
+
+    @property
+    def terms(self) -> dict[str, Term]:
+        return {"gemm": self.gemm, "moe": self.moe, "attention": self.attention,
+                "comm": self.comm, "small_kernels": self.small_kernels,
+                "ep_dispatch": self.ep_dispatch}
 
     @property
     def device(self) -> float:
-        return self.weights + self.kv + self.matmul_fixed + self.comm + self.small_kernels
+        return sum(t.ms for t in self.terms.values())
 
 
 def graphed(lp: LaunchParams, batch: int) -> int | None:
@@ -88,30 +58,35 @@ def graphed(lp: LaunchParams, batch: int) -> int | None:
 
 
 def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, tokens_per_req: int,
-                   context: float, use_graph: bool, padded_batch: int | None = None) -> Forward:
+                   context: float, use_graph: bool, padded_batch: int | None = None,
+                   prefill: bool = False) -> Forward:
     """``padded_batch``: rows a captured graph computes; padding costs compute, wire bytes and
-    expert reads, but reads no KV (it has no context)."""
-    tp = lp.tp_size
+    expert reads, but reads no KV (it has no context). ``prefill``: a prompt chunk, whose
+    attention is a roofline (the decode tables time a few queries a request, not a prompt)."""
+    tp, ep = lp.tp_size, lp.ep_size
     tokens = (padded_batch or batch) * tokens_per_req
-    experts = (busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, m.routing_skew)
-               if m.is_moe else 0)
     imbalance = _imbalance(m, lp)
-    moe_tp = tp // lp.ep_size
-    # Attention-DP replicates the non-expert weights (as memory.py counts them), so each
-    # rank streams all of them for its own requests.
-    dense_bytes = m.dense_bytes / (1 if lp.enable_dp_attention else tp)
-    expert_bytes = m.num_moe_layers * experts * m.expert_bytes / moe_tp
-    linear_flops = 2.0 * tokens * _active_params(m, imbalance) / tp
-    weights = node.linear_ms(dense_bytes + expert_bytes, linear_flops, tokens)
-    kv = _attention_ms(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
-                       m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
-    matrices = (m.num_layers * C.MATMULS_PER_ATTENTION + 2 * m.num_dense_layers
-                + m.num_moe_layers * (2 * experts + (2 if m.shared_expert_params else 0)) + 1)
-    comm = _target_comm_ms(node, m, lp, tokens, imbalance)
+    # Attention-DP replicates the non-expert weights (as memory.py counts them): each rank runs
+    # them whole for its own share of the requests.
+    dp_attention = lp.enable_dp_attention and tp > 1
+    dense_tp, rank_rows = (1, math.ceil(tokens / tp)) if dp_attention else (tp, tokens)
+    gemm = gemms(node, m.linears, rank_rows, dense_tp)
+    moe = experts(node, m, tokens, tp, ep,
+                  lambda skew: _moe_roofline(node, m, lp, tokens, skew))
+    rank_batch = math.ceil(batch / tp) if dp_attention else batch
+    heads = m.num_heads if dp_attention else max(1, m.num_heads // tp)
+    kv_heads = m.kv_heads if dp_attention or not m.kv_heads else max(1, m.kv_heads // tp)
+    attention = _attention_roofline(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
+                                    m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
+    if not prefill:
+        attention = decode_attention(node, m.num_layers, heads, kv_heads, m.head_dim,
+                                     rank_batch, tokens_per_req, context, attention)
+    comm = _comm(node, target_collectives(m, lp, tokens), lp, use_graph, imbalance)
+    dispatch = fitted(m.num_moe_layers * node.eff.ep_dispatch_us / 1e3 if ep > 1 else 0.0)
     launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
-    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host,
-                   node.kernels_ms(m.small_kernels))
+    return Forward(gemm, moe, attention, comm, fitted(node.kernels_ms(m.small_kernels)),
+                   dispatch, host)
 
 
 def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
@@ -120,23 +95,27 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
     """One DFlash drafter pass: ``block_size`` positions a request, plus fusing the tokens the
     last step committed into the drafter's context K/V. Shares the target's LM head."""
     tp = lp.tp_size
-    tokens = (padded_batch or batch) * lp.speculative_dflash_block_size
-    lm_head = m.vocab * m.hidden
-    weight_bytes = (d.weight_bytes + lm_head * BF16_BYTES) / tp
-    flops = 2.0 * (tokens * (d.num_layers * d.params_per_layer + lm_head)
-                   + batch * committed_per_req * d.fc_params) / tp
-    weights = node.linear_ms(weight_bytes, flops, tokens)
-    kv = _attention_ms(node, d.num_layers, d.kv_bytes_per_token_layer, d.kv_heads,
-                       d.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
-    matrices = d.num_layers * (C.MATMULS_PER_ATTENTION + 2) + 2
-    comm = (2 * d.num_layers * node.collective_ms(tokens * d.hidden * BF16_BYTES, tp, True)
-            + node.collective_ms(tokens * m.vocab * BF16_BYTES, tp, False))
+    block = lp.speculative_dflash_block_size
+    rows = (padded_batch or batch) * block
+    lm_head = tuple(x for x in m.linears if x.name == "lm_head")
+    fused = max(1, math.ceil(batch * committed_per_req))
+    gemm = gemms(node, d.linears + lm_head, rows, tp, rows_of={"fc": fused})
+    kv_heads = max(1, d.kv_heads // tp)
+    attention = decode_attention(
+        node, d.num_layers, max(1, d.num_heads // tp), kv_heads, d.head_dim, batch, block,
+        context, _attention_roofline(node, d.num_layers, d.kv_bytes_per_token_layer,
+                                     d.kv_heads, d.attn_flops_per_token_ctx_layer, lp, batch,
+                                     rows, context))
+    hidden = Collectives(2 * d.num_layers, rows * d.hidden * 2, "all_reduce")
+    logits = Collectives(1, rows * m.vocab * 2, "all_gather")
+    comm = _comm(node, {"hidden": hidden, "logits": logits}, lp, use_graph, 1.0)
     launches = d.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
-    return Forward(weights, kv, node.eff.matmul_fixed_us * matrices / 1e3, comm, host,
-                   node.kernels_ms(d.small_kernels))
+    none = fitted(0.0)
+    return Forward(gemm, none, attention, comm, fitted(node.kernels_ms(d.small_kernels)), none,
+                   host)
 
 
 def _imbalance(m: ModelArch, lp: LaunchParams) -> float:
@@ -146,16 +125,23 @@ def _imbalance(m: ModelArch, lp: LaunchParams) -> float:
     return ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, m.routing_skew)
 
 
-def _active_params(m: ModelArch, imbalance: float) -> float:
-    """Parameters a token's GEMMs use on the busiest rank (its routed share scaled by the EP
-    load imbalance)."""
-    routed = m.num_moe_layers * m.top_k * m.expert_params * imbalance
-    return m.dense_params + routed
+def _moe_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int, skew: float) -> Term:
+    """The experts the busiest rank holds among those the step touches under routing ``skew``,
+    streamed once, and its share of the routed GEMM work (scaled by the EP load imbalance)."""
+    if not m.is_moe:
+        return Term(0.0, ROOFLINE)
+    touched = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, skew)
+    imbalance = ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, skew)
+    nbytes = m.num_moe_layers * touched * m.expert_bytes / (lp.tp_size // lp.ep_size)
+    flops = 2.0 * tokens * m.num_moe_layers * m.top_k * m.expert_params * imbalance / lp.tp_size
+    fixed = node.eff.matmul_fixed_us * m.num_moe_layers * 2 * touched / 1e3
+    return Term(node.linear_ms(nbytes, flops, tokens) + fixed, ROOFLINE,
+                node.sol_ms(nbytes, flops))
 
 
-def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
-                  flops_per_ctx_layer: int, lp: LaunchParams, batch: int, tokens: int,
-                  context: float) -> float:
+def _attention_roofline(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
+                        flops_per_ctx_layer: int, lp: LaunchParams, batch: int, tokens: int,
+                        context: float) -> Term:
     """Reads each request's prefix K/V once for all its tokens (verify is prefill-like)."""
     tp = lp.tp_size
     if lp.enable_dp_attention:  # each rank attends for its own requests with all heads
@@ -165,16 +151,16 @@ def _attention_ms(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
     kv_bytes = batch * context * layers * kv_bytes_layer * share
     flops = tokens * context * layers * flops_per_ctx_layer / tp
     # Attention tiles over heads and context, not over the step's rows: no small-shape penalty.
-    return max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))
+    ms = max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))
+    return Term(ms, ROOFLINE, node.sol_ms(kv_bytes, flops))
 
 
-def _target_comm_ms(node: Node, m: ModelArch, lp: LaunchParams, tokens: int,
-                    imbalance: float) -> float:
+def _comm(node: Node, collectives: dict[str, Collectives], lp: LaunchParams, graph: bool,
+          imbalance: float) -> Term:
     """``imbalance``: the busiest EP rank receives that many times the mean dispatch."""
-    total = 0.0
-    for key, c in target_collectives(m, lp, tokens).items():
+    parts = []
+    for key, c in collectives.items():
         kind, group = c.kind or key, c.group or lp.tp_size
-        each = (node.all_to_all_ms(c.nbytes * imbalance, group) if kind == "all_to_all"
-                else node.collective_ms(c.nbytes, group, kind == "all_reduce"))
-        total += c.count * each
-    return total
+        scale = imbalance if kind == "all_to_all" else 1.0
+        parts.append(collective(node, c, group, kind, graph, scale))
+    return total(parts)

@@ -111,13 +111,13 @@ def test_batch_pads_up_to_the_next_captured_size_and_runs_eagerly_past_the_large
 def test_kv_read_of_one_request_by_hand(pcie_node, kimi):
     # MLA latent is replicated on every TP rank, so each GPU reads all of it:
     # 1536 tokens x 70,272 B = 107,937,792 B / (1597e9 x 0.6 B/s) = 0.112646 ms
-    kv = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True).kv
+    kv = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True).attention.ms
     assert kv == pytest.approx(0.112646, rel=1e-5)
 
 
 @pytest.mark.parametrize("lp", [TP8, EP8])
 def test_verify_reads_the_prefix_kv_once_whatever_the_tokens_per_request(pcie_node, kimi, lp):
-    kv = [target_forward(pcie_node, kimi, lp, 4, n, CONTEXT, use_graph=True).kv
+    kv = [target_forward(pcie_node, kimi, lp, 4, n, CONTEXT, use_graph=True).attention.ms
           for n in (1, 8, 17)]
     assert kv[0] == pytest.approx(4 * 0.112646, rel=1e-5)  # 4 requests, memory-bound
     assert kv[1] == kv[0] and kv[2] == kv[0]
@@ -126,13 +126,13 @@ def test_verify_reads_the_prefix_kv_once_whatever_the_tokens_per_request(pcie_no
 def test_kv_turns_compute_bound_for_large_verify_windows(pcie_node, kimi):
     # 4 x 64 tokens x 1536 ctx x 61 layers x 139,264 FLOPs / 8 GPUs = 4.18e11 FLOPs
     # / (500e12 x 0.7) = 1.193 ms > 0.4506 ms of KV reads
-    kv = target_forward(pcie_node, kimi, TP8, 4, 64, CONTEXT, use_graph=True).kv
+    kv = target_forward(pcie_node, kimi, TP8, 4, 64, CONTEXT, use_graph=True).attention.ms
     assert kv == pytest.approx(1.1930, abs=1e-3)
 
 
 def test_gqa_kv_splits_by_head_up_to_the_kv_head_count(pcie_node):
     qwen = load_model("qwen3-8b")
-    kv = {tp: target_forward(pcie_node, qwen, LaunchParams(tp_size=tp), 1, 1, CONTEXT, True).kv
+    kv = {tp: target_forward(pcie_node, qwen, LaunchParams(tp_size=tp), 1, 1, CONTEXT, True).attention.ms
           for tp in (1, 2, 8)}
     # 1536 x 36 layers x 4096 B = 226,492,416 B / 958.2e9 B/s = 0.236373 ms on one GPU
     assert kv[1] == pytest.approx(0.236373, rel=1e-5)
@@ -153,7 +153,7 @@ def test_tp8_decode_does_two_all_reduces_a_layer_and_one_logit_gather(pcie_node,
     # one token: hidden 7168 x 2 B = 14,336 B; 61 layers x 2 all-reduces + 1 for the
     # vocabulary-parallel embedding = 123, plus the LM head's all-gather of 163,840 x 2 B:
     # 123 x 0.030392 + (0.030 + 7/8 x 327,680 / 64e9 x 1e3 = 0.03448) = 3.772696 ms
-    comm = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True).comm
+    comm = target_forward(pcie_node, kimi, TP8, 1, 1, CONTEXT, use_graph=True).comm.ms
     expected = (123 * pcie_node.collective_ms(14_336, 8, True)
                 + pcie_node.collective_ms(327_680, 8, False))
     assert comm == pytest.approx(expected)
@@ -162,14 +162,14 @@ def test_tp8_decode_does_two_all_reduces_a_layer_and_one_logit_gather(pcie_node,
 
 def test_attention_dp_gathers_instead_of_all_reducing(pcie_node, kimi):
     lp = LaunchParams(tp_size=8, enable_dp_attention=True)
-    comm = target_forward(pcie_node, kimi, lp, 1, 1, CONTEXT, use_graph=True).comm
+    comm = target_forward(pcie_node, kimi, lp, 1, 1, CONTEXT, use_graph=True).comm.ms
     assert comm == pytest.approx(122 * 0.030196 + 0.03448)
 
 
 def test_collective_bytes_scale_with_tokens_in_the_step(pcie_node, kimi):
     # 8 tokens: 123 x (0.030 + 1.75 x 114,688 / 64e9 x 1e3) + (0.030 + 0.875 x 2,621,440 / 64e9
     # x 1e3) = 123 x 0.033136 + 0.06584 = 4.141568 ms
-    comm = target_forward(pcie_node, kimi, TP8, 1, 8, CONTEXT, use_graph=True).comm
+    comm = target_forward(pcie_node, kimi, TP8, 1, 8, CONTEXT, use_graph=True).comm.ms
     assert comm == pytest.approx(4.141568)
 
 
@@ -179,14 +179,14 @@ def test_collective_bytes_scale_with_tokens_in_the_step(pcie_node, kimi):
 def test_dense_linear_layers_stay_memory_bound_up_to_about_200_tokens():
     node = Node(load_hardware("h200-sxm"), Efficiency())
     qwen, lp = load_model("qwen3-8b"), LaunchParams(tp_size=1)
-    weights = {t: target_forward(node, qwen, lp, 1, t, 1024.0, True).weights
+    weights = {t: target_forward(node, qwen, lp, 1, t, 1024.0, True).gemm.ms
                for t in (1, 64, 128, 512)}
     assert weights[1] == weights[64] == weights[128]
     assert weights[512] > 1.5 * weights[1]
 
 
 def test_more_tokens_a_step_read_more_experts_on_a_moe(pcie_node, kimi):
-    weights = [target_forward(pcie_node, kimi, EP8, 1, n, CONTEXT, True).weights
+    weights = [target_forward(pcie_node, kimi, EP8, 1, n, CONTEXT, True).moe.ms
                for n in (1, 8, 16, 64)]
     assert weights == sorted(weights) and weights[2] > 2 * weights[0]
 
@@ -205,8 +205,8 @@ def test_graph_padding_rows_read_no_kv_but_cost_wire_bytes(pcie_node, kimi):
     # 3 requests replayed in a 4-row graph: KV of 3 requests, all-reduces sized for 4 rows.
     real = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True)
     padded = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True, padded_batch=4)
-    assert padded.kv == pytest.approx(3 * 0.112646, rel=1e-5) == real.kv
-    assert padded.comm > real.comm
+    assert padded.attention.ms == pytest.approx(3 * 0.112646, rel=1e-5) == real.attention.ms
+    assert padded.comm.ms > real.comm.ms
 
 
 # --- small kernels ---------------------------------------------------------------------------
@@ -224,10 +224,10 @@ def test_small_kernels_cost_their_count_times_the_engines_kernel_time():
     m = load_model("qwen3-8b")
     node = Node(load_hardware("rtx-pro-6000-server"), Efficiency(kernel_fixed_us=4.0))
     fwd = target_forward(node, m, LaunchParams(), 1, 1, CONTEXT, use_graph=True)
-    assert fwd.small_kernels == pytest.approx(252 * 4.0 / 1e3)
+    assert fwd.small_kernels.ms == pytest.approx(252 * 4.0 / 1e3)
     none = Node(node.hw, Efficiency(kernel_fixed_us=0.0))
     bare = target_forward(none, m, LaunchParams(), 1, 1, CONTEXT, use_graph=True)
-    assert fwd.device - bare.device == pytest.approx(fwd.small_kernels)
+    assert fwd.device - bare.device == pytest.approx(fwd.small_kernels.ms)
 
 
 def test_kernel_time_is_fitted_per_engine_family():

@@ -23,8 +23,10 @@ from tuner.dashboard.roofline import Roofline
 
 COLORS = dict(zip(FAMILIES, ("#636efa", "#1f2a8a", "#ef553b", "#a3270f", "#00a67e", "#00614a"),
                   strict=True))
-COMPONENTS = {"weights": "weights", "kv": "KV / attention", "matmul_fixed": "fixed per matmul",
-              "comm": "communication", "draft": "drafter", "host_exposed": "host (exposed)"}
+COMPONENTS = {"gemm": "dense GEMMs", "moe": "routed experts", "attention": "attention",
+              "comm": "communication", "small_kernels": "small kernels",
+              "ep_dispatch": "expert-parallel overhead", "draft": "drafter",
+              "spec_round": "speculation round", "host_exposed": "host (exposed)"}
 
 
 @dataclass(slots=True)
@@ -160,12 +162,14 @@ def breakdown(data: StudyData, n: int = 5) -> Panel:
                           "breakdown for these configurations")
     names = [f"#{t.number} {esc(t.label)}" for t in rows][::-1]  # the best on top
     parts = [t.levels[data.target]["breakdown_ms"] for t in rows][::-1]
+    sources = _sources([t.levels[data.target] for t in rows])
     keys = list(dict.fromkeys([*COMPONENTS, *(k for p in parts for k in p)]))
     fig = go.Figure()
     for key in keys:
         values = [p.get(key, 0.0) for p in parts]
         if any(values):
-            fig.add_trace(go.Bar(y=names, x=values, name=esc(COMPONENTS.get(key, key)),
+            name = COMPONENTS.get(key, key) + (f" ({sources[key]})" if key in sources else "")
+            fig.add_trace(go.Bar(y=names, x=values, name=esc(name),
                                  orientation="h",
                                  hovertemplate="%{x:.2f} ms<extra>%{fullData.name}</extra>"))
     note = _add_roofline(fig, data, rows[::-1], names, [sum(p.values()) for p in parts])
@@ -173,6 +177,16 @@ def breakdown(data: StudyData, n: int = 5) -> Panel:
                         legend=dict(orientation="h", y=-0.25, traceorder="normal"),
                         xaxis_title=f"ms per decode step at concurrency {data.target}",
                         yaxis=dict(automargin=True)), note)
+
+
+def _sources(levels: list[dict]) -> dict[str, str]:
+    """Where each component's time comes from (measured, roofline, fitted), where the backend
+    said and every configuration shown agrees; "mixed" where they differ."""
+    seen: dict[str, set[str]] = {}
+    for level in levels:
+        for key, source in (level.get("breakdown_source") or {}).items():
+            seen.setdefault(key, set()).add(source)
+    return {k: v.pop() if len(v) == 1 else "mixed" for k, v in seen.items()}
 
 
 def _add_roofline(fig: go.Figure, data: StudyData, rows: list[TrialView], names: list[str],

@@ -30,7 +30,7 @@ def measurement_row(m: Measurement) -> dict[str, Any]:
     hist = f["accept_len_hist"]
     return {"concurrency": f["concurrency"], **{name: f[name] for name in METRICS},
             "accept_len_hist_json": json.dumps(hist) if hist else None,
-            "breakdown_json": json.dumps(f["breakdown_ms"]), "predicted": f["predicted"],
+            "breakdown_json": json.dumps(_breakdown(f)), "predicted": f["predicted"],
             "failure": f["failure"]}
 
 
@@ -38,4 +38,21 @@ def row_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
     """A ``dflash_tune_measurements`` row as the metric name -> value dict a trial holds per
     concurrency level."""
     return {**{name: row[name] for name in METRICS}, "failure": row["failure"],
-            "predicted": row["predicted"], "breakdown_ms": json.loads(row["breakdown_json"])}
+            "predicted": row["predicted"], **_read_breakdown(row["breakdown_json"])}
+
+
+def _breakdown(f: Mapping[str, Any]) -> dict[str, Any]:
+    """The breakdown as stored: the plain ``{component: ms}`` of a backend that knows only
+    times, or ``{"ms": ..., "source": ..., "sol_pct": ...}`` of one that knows more."""
+    if not f["breakdown_source"]:
+        return f["breakdown_ms"]
+    return {"ms": f["breakdown_ms"], "source": f["breakdown_source"],
+            "sol_pct": f["breakdown_sol_pct"]}
+
+
+def _read_breakdown(text: str) -> dict[str, Any]:
+    stored = json.loads(text)
+    if isinstance(stored.get("ms"), dict):
+        return {"breakdown_ms": stored["ms"], "breakdown_source": stored.get("source") or {},
+                "breakdown_sol_pct": stored.get("sol_pct") or {}}
+    return {"breakdown_ms": stored, "breakdown_source": {}, "breakdown_sol_pct": {}}

@@ -1,0 +1,1 @@
+"""Measured kernel latencies (NVIDIA AIConfigurator's silicon tables) and their interpolation."""

@@ -1,0 +1,142 @@
+"""Measured kernel latencies of one GPU system under one serving engine.
+
+The tables are NVIDIA AIConfigurator's silicon measurements (the ``aiconfigurator-core``
+package, Apache-2.0): per system (``rtx_pro_6000_server``, ``h200_sxm``, ...), per kernel family
+(gemm, moe, mla, mla_bmm, attention, comm) and per engine and engine version, parquet files of
+latencies in milliseconds. This module reads them and interpolates on their grids
+(``grid.Grid``); every lookup answers None where no table covers the shape, and the caller
+falls back to the roofline.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from backends.perf_model.kernels.grid import Grid
+
+NCCL = "nccl"
+
+
+def data_root() -> Path | None:
+    """The installed tables, or None when the package is missing."""
+    try:
+        root = resources.files("aiconfigurator_core") / "systems" / "data"
+    except ModuleNotFoundError:
+        return None
+    path = Path(str(root))
+    return path if path.is_dir() else None
+
+
+def table_path(system: str, family: str, engine: str, file: str) -> Path | None:
+    """``data/<system>/<family>/<engine>/<newest version>/<file>``, or None."""
+    root = data_root()
+    if root is None:
+        return None
+    folder = root / system / family / engine
+    versions = sorted((p for p in folder.glob("*") if (p / file).is_file()),
+                      key=lambda p: _version_key(p.name))
+    return versions[-1] / file if versions else None
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+@cache
+def _columns(path: Path) -> dict[str, np.ndarray]:
+    table = pq.read_table(path)
+    return {name: table.column(name).to_numpy(zero_copy_only=False)
+            for name in table.column_names}
+
+
+@cache
+def _grid(path: Path, where: tuple[tuple[str, object], ...],
+          axes: tuple[str, ...]) -> Grid | None:
+    """The grid over ``axes`` of the rows of ``path`` whose columns equal ``where``."""
+    cols = _columns(path)
+    keep = np.ones(len(cols["latency"]), dtype=bool)
+    for column, value in where:
+        keep &= cols[column] == value
+    if not keep.any():
+        return None
+    points = np.stack([cols[a][keep].astype(float) for a in axes], axis=1)
+    return Grid.from_rows(points, cols["latency"][keep].astype(float))
+
+
+@dataclass(slots=True, frozen=True)
+class KernelTables:
+    """Lookups for one system and engine family (``sglang`` or ``vllm``)."""
+
+    system: str
+    engine: str
+
+    def _at(self, family: str, file: str, where: dict[str, object], axes: tuple[str, ...],
+            point: tuple[float, ...], engine: str | None = None) -> float | None:
+        path = table_path(self.system, family, engine or self.engine, file)
+        if path is None:
+            return None
+        grid = _grid(path, tuple(sorted(where.items())), axes)
+        return grid.at(point) if grid is not None else None
+
+    def gemm_ms(self, m: int, n: int, k: int, dtype: str) -> float | None:
+        """One ``m x k`` by ``k x n`` GEMM (dtype: bfloat16, fp8, fp8_block, nvfp4)."""
+        return self._at("gemm", "gemm_perf.parquet", {"gemm_dtype": dtype}, ("m", "n", "k"),
+                        (m, n, k))
+
+    def moe_ms(self, tokens: int, hidden: int, inter: int, top_k: int, experts: int,
+               moe_tp: int, moe_ep: int, dtype: str, distribution: str) -> float | None:
+        """One MoE layer's expert GEMMs for ``tokens`` tokens on the slowest rank (routing,
+        permutation and the grouped GEMMs; dispatch between ranks is not in it)."""
+        where = {"moe_dtype": dtype, "hidden_size": hidden, "inter_size": inter,
+                 "topk": top_k, "num_experts": experts, "moe_tp_size": moe_tp,
+                 "moe_ep_size": moe_ep, "distribution": distribution}
+        return self._at("moe", "moe_perf.parquet", where, ("num_tokens",), (tokens,))
+
+    def mla_generation_ms(self, batch: int, heads: int, context: float) -> float | None:
+        """Absorbed MLA decode attention of one layer on one rank: ``batch`` queries of
+        ``heads`` heads (the rank's share) against ``context`` cached tokens each."""
+        return self._at("mla", "generation_mla_perf.parquet", {"kv_cache_dtype": "bfloat16"},
+                        ("num_heads", "batch_size", "step"), (heads, batch, context))
+
+    def mla_bmm_ms(self, op: str, tokens: int, heads: int, dtype: str) -> float | None:
+        """The absorbed MLA's per-head batched GEMMs (``mla_gen_pre``: q into the latent,
+        ``mla_gen_post``: the latent out to values) for ``heads`` heads of one rank."""
+        return self._at("mla_bmm", "mla_bmm_perf.parquet", {"op_name": op, "bmm_dtype": dtype},
+                        ("num_tokens", "num_heads"), (tokens, heads))
+
+    def attention_generation_ms(self, batch: int, heads: int, kv_heads: int, head_dim: int,
+                                context: float) -> float | None:
+        """GQA decode attention of one layer on one rank: ``batch`` single-token queries of
+        ``heads`` heads over ``kv_heads`` KV heads, ``context`` cached bf16 tokens each."""
+        where = {"head_dim": head_dim, "num_key_value_heads": kv_heads,
+                 "kv_cache_dtype": "bfloat16", "window_size": 0}
+        return self._at("attention", "generation_attention_perf.parquet", where,
+                        ("num_heads", "batch_size", "step"), (heads, batch, context))
+
+    def collective_ms(self, op: str, elements: float, gpus: int) -> float | None:
+        """NCCL ``op`` (all_reduce, all_gather, reduce_scatter, alltoall) of ``elements``
+        16-bit elements over ``gpus`` GPUs."""
+        return self._at("comm", "nccl_perf.parquet", {"op_name": op, "nccl_dtype": "half",
+                                                      "num_gpus": gpus},
+                        ("message_size",), (elements,), engine=NCCL)
+
+    def custom_all_reduce_ms(self, elements: float, gpus: int, graph: bool) -> float | None:
+        """The engine's own one-shot / two-shot all-reduce (eager or inside a CUDA graph)."""
+        backend = f"{self.engine}_{'graph' if graph else 'eager'}"
+        return self._at("comm", "custom_allreduce_perf.parquet",
+                        {"backend": backend, "num_gpus": gpus}, ("message_size",), (elements,))
+
+
+def tables_for(system: str, engine: str) -> KernelTables | None:
+    """The tables of ``system`` (hardware.yaml ``measured_system``) under ``engine``'s family
+    (SGLang or vLLM; dflash_core's own engine runs SGLang-style kernels), or None."""
+    if not system or data_root() is None or not (data_root() / system).is_dir():
+        return None
+    return KernelTables(system, "vllm" if engine.lower().startswith("vllm") else "sglang")

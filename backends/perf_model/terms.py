@@ -1,0 +1,179 @@
+"""Each component of a forward, from the node's measured kernel tables or the roofline.
+
+A component (the dense GEMMs, the routed experts, attention, the collectives) is a ``Term``: its
+time, where the time comes from (``measured``: interpolated in the kernel tables of this GPU
+and engine; ``roofline``: bytes over achieved bandwidth or FLOPs over achieved throughput, with
+the fitted efficiencies, where no table covers the shape; ``fitted``: a constant no kernel table
+holds, such as host time), and its speed of light: the datasheet's bandwidth, FLOP/s or link
+speed at 100%, without fixed costs. ``sol_pct`` is the share of the time the hardware's limit
+accounts for: how much is left to gain in that component.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from backends.perf_model.catalog import BF16_BYTES, ModelArch
+from backends.perf_model.kernels.tables import KernelTables
+from backends.perf_model.node import Node
+from backends.perf_model.shapes import FP8, Linear
+from backends.perf_model.traffic import Collectives
+
+MEASURED, ROOFLINE, FITTED = "measured", "roofline", "fitted"
+MIXED = "measured+roofline"
+# Routed-expert weights by bits a weight -> the MoE table dtype that runs them: Marlin W4A16
+# for INT4 checkpoints with group scales (Kimi K2.6), block-scaled FP8, bf16.
+_MOE_DTYPES = ((5.0, "int4_wo"), (8.0, "fp8_block"), (16.0, "bfloat16"))
+# The engines use their own one-shot all-reduce only where every GPU pair has a direct
+# high-bandwidth path (NVLink) or there are just two GPUs; on more PCIe GPUs they use NCCL. And
+# only for messages up to its buffer (8 MiB of bf16).
+CUSTOM_ALL_REDUCE_MAX_ELEMENTS = 4 * 1024 * 1024
+
+
+@dataclass(slots=True, frozen=True)
+class Term:
+    ms: float
+    source: str  # MEASURED | ROOFLINE | FITTED | MIXED
+    sol_ms: float = 0.0
+
+    @property
+    def sol_pct(self) -> float | None:
+        return 100.0 * self.sol_ms / self.ms if self.sol_ms and self.ms else None
+
+
+def total(terms: Iterable[Term]) -> Term:
+    """Several terms as one: their times and speeds of light add; the source is shared or
+    ``MIXED``."""
+    terms = [t for t in terms if t.ms or t.source != FITTED]
+    sources = {t.source for t in terms if t.ms}
+    source = sources.pop() if len(sources) == 1 else (MIXED if sources else MEASURED)
+    return Term(sum(t.ms for t in terms), source, sum(t.sol_ms for t in terms))
+
+
+def fitted(ms: float) -> Term:
+    return Term(ms, FITTED)
+
+
+def gemms(node: Node, linears: Iterable[Linear], rows: int, tp: int,
+          rows_of: dict[str, int] | None = None) -> Term:
+    """The dense GEMMs of one forward on one of ``tp`` ranks, ``rows`` tokens tall (a linear
+    named in ``rows_of`` runs that many rows instead)."""
+    parts = []
+    for lin in linears:
+        m = (rows_of or {}).get(lin.name, rows)
+        n, k = lin.on_rank(tp)
+        nbytes = n * k * (1 if lin.dtype == FP8 else BF16_BYTES)
+        flops = 2.0 * m * n * k
+        sol = node.sol_ms(nbytes, flops) * lin.per_forward
+        ms = (_absorbed_table(node.kernels, m, lin.heads // tp or 1, lin.dtype) if lin.heads
+              else _gemm_table(node.kernels, m, n, k, lin.dtype))
+        if ms is not None:
+            parts.append(Term(ms * lin.per_forward, MEASURED, sol))
+        else:
+            each = node.linear_ms(nbytes, flops, m) + node.eff.matmul_fixed_us / 1e3
+            parts.append(Term(each * lin.per_forward, ROOFLINE, sol))
+    return total(parts)
+
+
+def _gemm_table(tables: KernelTables | None, m: int, n: int, k: int, dtype: str) -> float | None:
+    if tables is None:
+        return None
+    # FP8 checkpoints are block-scaled; where only per-tensor FP8 was timed, that kernel stands in.
+    for name in (("fp8_block", "fp8") if dtype == FP8 else (dtype,)):
+        ms = tables.gemm_ms(m, n, k, name)
+        if ms is not None:
+            return ms
+    return None
+
+
+def _absorbed_table(tables: KernelTables | None, rows: int, heads: int,
+                    dtype: str) -> float | None:
+    """MLA's absorbed kv_b: queries into the latent, then the latent out to values, per head."""
+    if tables is None:
+        return None
+    parts = [tables.mla_bmm_ms(op, rows, heads, dtype) for op in ("mla_gen_pre", "mla_gen_post")]
+    return None if None in parts else sum(parts)
+
+
+def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_dim: int,
+                     batch: int, queries: int, context: float, roofline: Term) -> Term:
+    """Attention of ``batch`` requests, ``queries`` new tokens each (1 for plain decoding, the
+    verify width or the draft block when speculating), over their ``context`` cached tokens, on
+    one rank holding ``heads`` query heads and ``kv_heads`` KV heads (0: MLA's shared latent).
+
+    The tables time one query token a request. Several queries of one request share its K/V
+    exactly as several query heads of a KV head do, and decode kernels fold them the same way
+    (queries x heads rows against one read of the cache), so ``queries`` tokens of ``heads``
+    heads are looked up as one token of ``queries x heads`` heads. Each query also sees the
+    step's new positions (the tree or causal mask hides some, the kernel reads them all), so
+    the cache read is ``context + queries`` long."""
+    if node.kernels is None:
+        return roofline
+    kv_len = context + queries
+    if kv_heads == 0:
+        ms = node.kernels.mla_generation_ms(batch, heads * queries, kv_len)
+    else:
+        ms = node.kernels.attention_generation_ms(batch, heads * queries, kv_heads, head_dim,
+                                                  kv_len)
+    if ms is None:
+        return roofline
+    return Term(ms * layers, MEASURED, roofline.sol_ms)
+
+
+def moe_dtype(bits: float) -> str:
+    return next(name for limit, name in _MOE_DTYPES if bits <= limit)
+
+
+def moe_distribution(skew: float) -> tuple[str, float]:
+    """The table's routing for a model's Zipf skew (routing.py), and the skew that stands for
+    it. Real traffic never routes evenly: a model whose routing was never measured (skew 0) is
+    timed under the 1.01 power law, the routing AIConfigurator's own estimates assume for
+    DeepSeek-style MoEs; a measured skew picks the nearer of the two power laws."""
+    return ("power_law_1.2", 1.2) if skew >= 1.1 else ("power_law_1.01", 1.01)
+
+
+def experts(node: Node, m: ModelArch, tokens: int, tp: int, ep: int,
+            roofline: Callable[[float], Term]) -> Term:
+    """The routed experts of every MoE layer for ``tokens`` tokens: the table's time on the
+    slowest rank where it has this model's shape and split, else ``roofline(skew)`` at the
+    model's own routing skew. The speed of light of a measured time is the roofline's under the
+    table's routing."""
+    if node.kernels is None or not m.is_moe:
+        return roofline(m.routing_skew)
+    distribution, skew = moe_distribution(m.routing_skew)
+    ms = node.kernels.moe_ms(tokens, m.hidden, m.moe_inter, m.top_k, m.num_experts, tp // ep, ep,
+                             moe_dtype(m.expert_weight_bits), distribution)
+    if ms is None:
+        return roofline(m.routing_skew)
+    return Term(ms * m.num_moe_layers, MEASURED, roofline(skew).sol_ms)
+
+
+def collective(node: Node, c: Collectives, group: int, kind: str, graph: bool,
+               scale: float = 1.0) -> Term:
+    """``c.count`` collectives of ``kind`` over ``group`` ranks, each ``c.nbytes`` (times
+    ``scale``: the busiest rank's share of an all-to-all)."""
+    if group <= 1:
+        return Term(0.0, MEASURED)
+    nbytes = c.nbytes * scale
+    factor = 2.0 if kind == "all_reduce" else 1.0
+    sol = c.count * node.wire_ms(factor * (group - 1) / group * nbytes)
+    ms = _collective_table(node.kernels, kind, nbytes / BF16_BYTES, group, graph, node.nvlink)
+    if ms is not None:
+        return Term(c.count * ms, MEASURED, sol)
+    each = (node.all_to_all_ms(nbytes, group) if kind == "all_to_all"
+            else node.collective_ms(nbytes, group, kind == "all_reduce"))
+    return Term(c.count * each, ROOFLINE, sol)
+
+
+def _collective_table(tables: KernelTables | None, kind: str, elements: float, group: int,
+                      graph: bool, nvlink: bool) -> float | None:
+    if tables is None:
+        return None
+    if (kind == "all_reduce" and (nvlink or group == 2)
+            and elements <= CUSTOM_ALL_REDUCE_MAX_ELEMENTS):
+        ms = tables.custom_all_reduce_ms(elements, group, graph)
+        if ms is not None:
+            return ms
+    op = "alltoall" if kind == "all_to_all" else kind
+    return tables.collective_ms(op, elements, group)

@@ -1,0 +1,100 @@
+"""The measured kernel tables (aiconfigurator-core's silicon data) as the model reads them:
+the real tables of the RTX PRO 6000 server node and of an NVLink GPU, never a made-up one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from backends.perf_model.kernels.grid import Grid
+from backends.perf_model.kernels.tables import KernelTables, table_path, tables_for
+from backends.perf_model.catalog import load_hardware
+
+PCIE = KernelTables("rtx_pro_6000_server", "sglang")
+NVLINK = KernelTables("h200_sxm", "sglang")
+
+
+def _rows(system: str, family: str, engine: str, file: str, **where) -> dict[str, np.ndarray]:
+    table = pq.read_table(table_path(system, family, engine, file)).to_pydict()
+    keep = [i for i in range(len(table["latency"]))
+            if all(table[k][i] == v for k, v in where.items())]
+    return {k: np.array(v)[keep] for k, v in table.items()}
+
+
+@pytest.mark.parametrize("tables", [PCIE, NVLINK], ids=["pcie", "nvlink"])
+def test_a_gemm_on_the_grid_is_the_measured_row(tables):
+    rows = _rows(tables.system, "gemm", "sglang", "gemm_perf.parquet", gemm_dtype="bfloat16",
+                 n=2048, k=7168)
+    for m, latency in list(zip(rows["m"], rows["latency"]))[:5]:
+        assert tables.gemm_ms(int(m), 2048, 7168, "bfloat16") == pytest.approx(latency)
+
+
+def test_between_grid_points_a_gemm_is_interpolated_and_past_the_last_row_it_scales():
+    low, high = (PCIE.gemm_ms(m, 7168, 2048, "bfloat16") for m in (16384, 32768))
+    middle = PCIE.gemm_ms(24576, 7168, 2048, "bfloat16")
+    assert middle == pytest.approx((low + high) / 2)
+    last = PCIE.gemm_ms(32768, 7168, 2048, "bfloat16")
+    assert PCIE.gemm_ms(65536, 7168, 2048, "bfloat16") == pytest.approx(2 * last)
+
+
+def test_kimi_experts_are_measured_for_every_tp_ep_split_and_switch_kernels_past_4_tokens():
+    """Kimi K2's MoE (7168 / 2048 / 384 experts / top-8, INT4 Marlin) on 8 PCIe GPUs: the
+    step from 4 to 8 tokens costs several times more (a kernel switch no roofline predicts)."""
+    shape = dict(hidden=7168, inter=2048, top_k=8, experts=384, dtype="int4_wo",
+                 distribution="power_law_1.01")
+    for tp, ep in ((8, 1), (4, 2), (2, 4), (1, 8)):
+        assert PCIE.moe_ms(64, moe_tp=tp, moe_ep=ep, **shape) > 0
+    four, eight = (PCIE.moe_ms(t, moe_tp=8, moe_ep=1, **shape) for t in (4, 8))
+    assert eight > 3 * four
+    rows = _rows("rtx_pro_6000_server", "moe", "sglang", "moe_perf.parquet", moe_dtype="int4_wo",
+                 num_experts=384, moe_tp_size=1, moe_ep_size=8, distribution="power_law_1.01",
+                 num_tokens=1024)
+    assert PCIE.moe_ms(1024, moe_tp=1, moe_ep=8, **shape) == pytest.approx(rows["latency"][0])
+
+
+def test_a_shape_no_table_holds_answers_none():
+    assert PCIE.moe_ms(8, 7168, 2048, 8, 384, 8, 1, "no_such_dtype", "balanced") is None
+    assert PCIE.moe_ms(8, 1234, 2048, 8, 384, 8, 1, "int4_wo", "balanced") is None
+    assert tables_for("", "sglang") is None
+    assert tables_for("no_such_system", "sglang") is None
+
+
+def test_pcie_all_reduce_grows_with_the_message_and_nvlink_is_faster():
+    small, large = (PCIE.collective_ms("all_reduce", e, 8) for e in (8192, 8 * 1024 * 1024))
+    assert large > 20 * small
+    assert NVLINK.collective_ms("all_reduce", 8 * 1024 * 1024, 8) < large
+
+
+def test_mla_decode_attention_grows_with_context_and_with_query_heads():
+    short, long = (PCIE.mla_generation_ms(32, 8, ctx) for ctx in (1024, 16384))
+    assert long > 2 * short
+    one, eight = (PCIE.mla_generation_ms(32, 8 * q, 4096) for q in (1, 8))
+    assert eight > one
+
+
+def test_every_catalog_gpu_with_tables_names_a_system_the_package_has():
+    for gpu in ("rtx-pro-6000-server", "h100-sxm", "h200-sxm", "b200-sxm"):
+        hw = load_hardware(gpu)
+        assert tables_for(hw.measured_system, "sglang") is not None, gpu
+        assert tables_for(hw.measured_system, "vllm").engine == "vllm"
+    assert load_hardware("rtx-pro-6000-workstation").measured_system == ""
+
+
+# --- the interpolator itself -----------------------------------------------------------------
+
+
+def test_grid_interpolates_multilinearly_and_skips_unmeasured_corners():
+    points = np.array([[1, 1], [1, 3], [3, 1], [3, 3]], dtype=float)
+    grid = Grid.from_rows(points, np.array([1.0, 3.0, 5.0, 7.0]))
+    assert grid.at((2, 2)) == pytest.approx(4.0)
+    assert grid.at((1, 2)) == pytest.approx(2.0)
+    holed = Grid.from_rows(points[:3], np.array([1.0, 3.0, 5.0]))
+    assert holed.at((3, 3)) is None
+    assert holed.at((2, 1)) == pytest.approx(3.0)
+
+
+def test_grid_holds_below_the_first_point_and_scales_past_the_last():
+    grid = Grid.from_rows(np.array([[2.0], [4.0]]), np.array([1.0, 2.0]))
+    assert grid.at((1,)) == pytest.approx(1.0)
+    assert grid.at((8,)) == pytest.approx(4.0)
