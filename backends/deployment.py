@@ -37,3 +37,7 @@ class Deployment:
     engine: str = "sglang"
     engine_version: str | None = None
     flag_overrides: dict[str, str | None] = field(default_factory=dict)
+    # The performance model prices kernels from the GPU's measured tables (perf_model/kernels)
+    # instead of the fitted roofline. Opt-in until its peaks on the reference node are right
+    # (docs/BENCHMARKS.md "Measured kernels").
+    measured_kernels: bool = False

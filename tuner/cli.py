@@ -305,6 +305,10 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
              engine: Annotated[EstimateEngine, typer.Option(
                  help="The serving engine whose measured kernels and constants price the "
                       "step.")] = EstimateEngine.sglang,
+             measured_kernels: Annotated[bool, typer.Option(
+                 help="Price GEMMs, experts, attention and collectives from the GPU's measured "
+                      "kernel tables (AIConfigurator's silicon data) instead of the fitted "
+                      "roofline.")] = False,
              fmt: Annotated[TableOrJson, typer.Option("--format")] = TableOrJson.table,
              *, launch: dict) -> None:
     """What the performance model predicts for one configuration, without a study or a GPU.
@@ -316,7 +320,7 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
 
     levels = tuple(sorted({_level(c) for c in concurrency.split(",") if c.strip()}))
     req = EstimateRequest(gpu, gpus, model, acceptance_length, drafter_layers, input_len,
-                          output_len, levels, launch, engine.value)
+                          output_len, levels, launch, engine.value, measured_kernels)
     rows = run_estimate(req)
     show(req, rows)
     if fmt is TableOrJson.json:

@@ -38,6 +38,7 @@ class EstimateRequest:
     concurrency: tuple[int, ...]
     knobs: Mapping[str, Any] = field(default_factory=dict)  # given LaunchParams fields
     engine: str = "sglang"  # whose kernel tables and fitted constants price the step
+    measured_kernels: bool = False  # kernel tables instead of the fitted roofline
 
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)
@@ -59,7 +60,8 @@ class EstimateRequest:
                                   target_layers=tuple(range(self.drafter_layers)),
                                   acceptance=profile.top1)
         return Deployment(gpu=self.gpu, gpus=self.gpus, model=self.model, drafter=drafter,
-                          engine=self.engine, target=LaunchTarget(model_path="/models/target",
+                          engine=self.engine, measured_kernels=self.measured_kernels,
+                          target=LaunchTarget(model_path="/models/target",
                                               drafter_path="/models/drafter"))
 
 

@@ -33,7 +33,8 @@ class PerfModelBackend(Backend):
         self.deployment = deployment
         hw = load_hardware(deployment.gpu)
         self.node = Node(hw, efficiency or default_efficiency(deployment.gpu, deployment.engine),
-                         tables_for(hw.measured_system, deployment.engine))
+                         tables_for(hw.measured_system, deployment.engine)
+                         if deployment.measured_kernels else None)
         self.model = load_model(deployment.model)
         spec = deployment.drafter
         self.drafter = spec and drafter_arch(

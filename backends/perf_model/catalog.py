@@ -44,7 +44,7 @@ class Hardware:
 
     def classes(self, engine: str) -> dict[str, str]:
         """The class each fitted constant of this GPU, under ``engine``, is shared within."""
-        return fit_classes(self.memory, self.interconnect, engine, bool(self.measured_system))
+        return fit_classes(self.memory, self.interconnect, engine)
 
 
 @dataclass(slots=True, frozen=True)

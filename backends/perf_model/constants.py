@@ -46,11 +46,6 @@ GEMM_HALF_ROWS = 64
 # Constants whose physical value may be 0 (work some engines do not do at all).
 _MAY_BE_ZERO = frozenset({"spec_round_us", "spec_request_us", "kernel_fixed_us",
                           "ep_dispatch_us"})
-# The constants that only the roofline uses: a node whose kernels are measured (hardware.yaml
-# ``measured_system``) reads GEMM, MoE, attention and collective times from its tables instead,
-# so these are neither fitted nor used there, except for a shape no table covers.
-ROOFLINE_ONLY = frozenset({"bandwidth_efficiency", "compute_efficiency", "matmul_fixed_us",
-                           "collective_latency_us"})
 
 # Physical bounds of each fitted constant (the fit may not leave them).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -153,29 +148,23 @@ def bounds(name: str, klass: str) -> tuple[float, float]:
     return BOUNDS[name]
 
 
-def fit_classes(memory: str, interconnect: str, engine: str,
-                measured: bool = False) -> dict[str, str]:
+def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
     """The hardware class each constant is shared within: a global fit keeps one value per
     class, so PCIe's collective latency is never used on NVLink, nor GDDR7's efficiency on HBM.
     Host-side constants (launches, per-round cost) are shared by all GPU hosts; the small-kernel
     time belongs to the engine family whose kernels run (SGLang's and vLLM's differ). A CPU
     host's are its own (class ``cpu``): its launches, per-round work, GEMMs and small ops run
-    on the cores, not behind a GPU. A ``measured`` node (kernel tables) has no roofline
-    constants to fit (``ROOFLINE_ONLY``)."""
+    on the cores, not behind a GPU."""
     family = engine_family(engine)
     if memory == CPU_MEMORY:
         host = compute = CPU
         family = f"{family}-{CPU}"
     else:
         host, compute = "host", "gpu"
-    classes = {"bandwidth_efficiency": memory,
-               "collective_latency_us": _link_family(interconnect),
-               "launch_overhead_us": host, "matmul_fixed_us": compute,
-               "compute_efficiency": compute, "spec_round_us": host, "spec_request_us": host,
-               "kernel_fixed_us": family, "ep_dispatch_us": family}
-    if measured:
-        return {name: k for name, k in classes.items() if name not in ROOFLINE_ONLY}
-    return classes
+    return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
+            "launch_overhead_us": host, "matmul_fixed_us": compute,
+            "compute_efficiency": compute, "spec_round_us": host, "spec_request_us": host,
+            "kernel_fixed_us": family, "ep_dispatch_us": family}
 
 
 def engine_family(engine: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from backends.launch_params import LaunchParams
 from backends.perf_model import constants as C
-from backends.perf_model.catalog import DrafterArch
+from backends.perf_model.catalog import BF16_BYTES, DrafterArch
 from backends.perf_model.catalog import ModelArch
 from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
@@ -70,9 +70,12 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     # them whole for its own share of the requests.
     dp_attention = lp.enable_dp_attention and tp > 1
     dense_tp, rank_rows = (1, math.ceil(tokens / tp)) if dp_attention else (tp, tokens)
-    gemm = gemms(node, m.linears, rank_rows, dense_tp)
-    moe = experts(node, m, tokens, tp, ep,
-                  lambda skew: _moe_roofline(node, m, lp, tokens, skew))
+    if node.kernels is None:
+        gemm, moe = _weights_roofline(node, m, lp, tokens, imbalance)
+    else:
+        gemm = gemms(node, m.linears, rank_rows, dense_tp)
+        moe = experts(node, m, tokens, tp, ep,
+                      lambda skew: _moe_roofline(node, m, lp, tokens, skew))
     rank_batch = math.ceil(batch / tp) if dp_attention else batch
     heads = m.num_heads if dp_attention else max(1, m.num_heads // tp)
     kv_heads = m.kv_heads if dp_attention or not m.kv_heads else max(1, m.kv_heads // tp)
@@ -99,7 +102,16 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
     rows = (padded_batch or batch) * block
     lm_head = tuple(x for x in m.linears if x.name == "lm_head")
     fused = max(1, math.ceil(batch * committed_per_req))
-    gemm = gemms(node, d.linears + lm_head, rows, tp, rows_of={"fc": fused})
+    if node.kernels is None:
+        lm_params = m.vocab * m.hidden
+        nbytes = (d.weight_bytes + lm_params * BF16_BYTES) / tp
+        flops = 2.0 * (rows * (d.num_layers * d.params_per_layer + lm_params)
+                       + batch * committed_per_req * d.fc_params) / tp
+        fixed = node.eff.matmul_fixed_us * (d.num_layers * (C.MATMULS_PER_ATTENTION + 2) + 2)
+        gemm = Term(node.linear_ms(nbytes, flops, rows) + fixed / 1e3, ROOFLINE,
+                    node.sol_ms(nbytes, flops))
+    else:
+        gemm = gemms(node, d.linears + lm_head, rows, tp, rows_of={"fc": fused})
     kv_heads = max(1, d.kv_heads // tp)
     attention = decode_attention(
         node, d.num_layers, max(1, d.num_heads // tp), kv_heads, d.head_dim, batch, block,
@@ -123,6 +135,32 @@ def _imbalance(m: ModelArch, lp: LaunchParams) -> float:
     if not m.is_moe:
         return 1.0
     return ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, m.routing_skew)
+
+
+def _weights_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int,
+                      imbalance: float) -> tuple[Term, Term]:
+    """Without kernel tables: one roofline over every weight the step streams (the dense
+    weights, and the experts the busiest rank holds among those touched) and its GEMM work,
+    split between the dense GEMMs and the experts by their bytes; each weight matrix adds its
+    fixed cost."""
+    tp = lp.tp_size
+    touched = (busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, m.routing_skew)
+               if m.is_moe else 0)
+    # Attention-DP replicates the non-expert weights, so each rank streams all of them.
+    dense_bytes = m.dense_bytes / (1 if lp.enable_dp_attention else tp)
+    expert_bytes = m.num_moe_layers * touched * m.expert_bytes / (tp // lp.ep_size)
+    routed = m.num_moe_layers * m.top_k * m.expert_params * imbalance
+    dense_flops, expert_flops = 2.0 * tokens * m.dense_params / tp, 2.0 * tokens * routed / tp
+    weights = node.linear_ms(dense_bytes + expert_bytes, dense_flops + expert_flops, tokens)
+    share = dense_bytes / (dense_bytes + expert_bytes)
+    fixed = node.eff.matmul_fixed_us / 1e3
+    dense_matrices = (m.num_layers * C.MATMULS_PER_ATTENTION + 2 * m.num_dense_layers
+                      + m.num_moe_layers * (2 if m.shared_expert_params else 0) + 1)
+    gemm = Term(weights * share + fixed * dense_matrices, ROOFLINE,
+                node.sol_ms(dense_bytes, dense_flops))
+    moe = Term(weights * (1 - share) + fixed * m.num_moe_layers * 2 * touched, ROOFLINE,
+               node.sol_ms(expert_bytes, expert_flops))
+    return gemm, moe
 
 
 def _moe_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int, skew: float) -> Term:

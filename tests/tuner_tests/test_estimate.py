@@ -24,9 +24,24 @@ def test_estimate_json_has_one_level_per_concurrency_on_stdout(tmp_path):
     assert [lv["concurrency"] for lv in levels] == [1, 4, 8, 16, 32]
     for lv in levels:
         assert lv["output_tok_s"] > 0 and lv["tpot_p50_ms"] > 0 and lv["ttft_p50_ms"] > 0
-    assert "weights" in levels[0]["breakdown_ms"] and "weights" in stderr  # table on stderr
+    assert "gemm" in levels[0]["breakdown_ms"] and "gemm" in stderr  # table on stderr
+    assert levels[0]["breakdown_source"]["gemm"] == "roofline"
     tok_s = [lv["output_tok_s"] for lv in levels]
     assert tok_s == sorted(tok_s)
+
+
+def test_measured_kernels_price_the_step_from_the_tables_and_follow_the_context(tmp_path):
+    """With --measured-kernels every GEMM, attention and collective term of a B200 step comes
+    from its measured tables (the breakdown says so), and a longer prompt moves the attention
+    term the way the tables do."""
+    short, stderr = _levels(tmp_path, "--method", "none", "--measured-kernels")
+    long, _ = _levels(tmp_path, "--method", "none", "--measured-kernels", "--input-len", "16384")
+    for key in ("gemm", "attention"):
+        assert short[-1]["breakdown_source"][key] == "measured", key
+        assert 0 < short[-1]["breakdown_sol_pct"][key] <= 100, key
+    assert "[measured" in stderr
+    assert long[-1]["breakdown_ms"]["attention"] > 4 * short[-1]["breakdown_ms"]["attention"]
+    assert long[-1]["breakdown_ms"]["gemm"] == short[-1]["breakdown_ms"]["gemm"]
 
 
 def test_estimate_dflash_speedup_is_largest_at_concurrency_1(tmp_path):
