@@ -11,16 +11,19 @@ leave-one-source-out, no fitted constant on a bound, the DFlash speedup's fall w
 reproduced (at least two thirds of it), and the user node's orders (graphs vs eager, EP vs TP,
 DFlash vs plain). Exit 0 when every check passes, 1 otherwise.
 
-    python bench/model_validation.py [--starts 4] [--json OUT] [--write]
+    python bench/model_validation.py [--starts 4] [--json OUT] [--write] [--measured-kernels]
 
 ``--write`` stores the all-sources fit in backends/perf_model/fitted.yaml, the shipped default
-the `model` backend (and so `dflash-tune run`) starts from.
+the `model` backend (and so `dflash-tune run`) starts from. ``--measured-kernels`` prices every
+source from its GPU's measured kernel tables (``Deployment.measured_kernels``) instead of the
+roofline; it cannot be combined with ``--write`` (the shipped constants are the roofline's).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -147,8 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=4, help="multi-start count of each fit")
     parser.add_argument("--write", action="store_true",
                         help="store the all-sources fit as the shipped default")
+    parser.add_argument("--measured-kernels", action="store_true",
+                        help="price every source from its GPU's measured kernel tables")
     args = parser.parse_args(argv)
+    if args.write and args.measured_kernels:
+        parser.error("--write stores the roofline's constants; drop --measured-kernels")
     sources = validation_sources()
+    if args.measured_kernels:
+        sources = [replace(s, deployment=replace(s.deployment, measured_kernels=True))
+                   for s in sources]
     full = fit_sources(fitted_sources(sources), starts=args.starts)
     loso = leave_one_out(sources, args.starts, full)
     old_rows = {s.name: rows_under(s, OLD) for s in sources}

@@ -9,7 +9,10 @@ and AIConfigurator's with their errors, then how often our absolute error is the
 each one's median absolute error.
 
     pip install -e '.[aiconfigurator]'    # once (Python >= 3.11)
-    python bench/model_vs_aiconfigurator.py [--json OUT]
+    python bench/model_vs_aiconfigurator.py [--json OUT] [--measured-kernels]
+
+``--measured-kernels`` prices our side from the GPUs' measured kernel tables (the same tables
+AIConfigurator reads) instead of the fitted roofline.
 
 How a point becomes a cli_estimate call:
 - isl / osl are the source's workload lengths; batch_size is the concurrency level, capped at the
@@ -61,7 +64,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -389,11 +392,18 @@ def quiet_aiconfigurator() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = arguments(__doc__).parse_args(argv)
+    parser = arguments(__doc__)
+    parser.add_argument("--measured-kernels", action="store_true",
+                        help="price our side from the measured kernel tables")
+    args = parser.parse_args(argv)
     timer = Timer()
+    sources = validation_sources()
+    if args.measured_kernels:
+        sources = [replace(s, deployment=replace(s.deployment, measured_kernels=True))
+                   for s in sources]
     with tempfile.TemporaryDirectory(prefix="model_vs_aic_") as configs, quiet_aiconfigurator():
         aic = AIConfigurator(Path(configs))
-        rows = [row for src in validation_sources() for row in rows_of(aic, src)]
+        rows = [row for src in sources for row in rows_of(aic, src)]
     exact, every = print_report(rows)
     print(f"\n{aic.calls} cli_estimate calls, {timer.s:.0f} s")
     print(host_line(), file=sys.stderr)

@@ -22,7 +22,7 @@ from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
 from backends.perf_model.terms import ROOFLINE, Term, collective, decode_attention, experts
-from backends.perf_model.terms import fitted, gemms, total
+from backends.perf_model.terms import fitted, gemms, prompt_attention, total
 from backends.perf_model.traffic import Collectives
 from backends.perf_model.traffic import target_collectives
 
@@ -61,8 +61,9 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
                    context: float, use_graph: bool, padded_batch: int | None = None,
                    prefill: bool = False) -> Forward:
     """``padded_batch``: rows a captured graph computes; padding costs compute, wire bytes and
-    expert reads, but reads no KV (it has no context). ``prefill``: a prompt chunk, whose
-    attention is a roofline (the decode tables time a few queries a request, not a prompt)."""
+    expert reads, but reads no KV (it has no context). ``prefill``: a chunk of whole prompts
+    (``tokens_per_req`` each, ``context`` their mean position), timed by the prompt-attention
+    tables; a chunk of a longer prompt is the roofline's."""
     tp, ep = lp.tp_size, lp.ep_size
     tokens = (padded_batch or batch) * tokens_per_req
     imbalance = _imbalance(m, lp)
@@ -81,7 +82,10 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     kv_heads = m.kv_heads if dp_attention or not m.kv_heads else max(1, m.kv_heads // tp)
     attention = _attention_roofline(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
                                     m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
-    if not prefill:
+    if prefill and context <= tokens_per_req:
+        attention = prompt_attention(node, m.num_layers, heads, kv_heads, m.head_dim,
+                                     rank_batch, tokens_per_req, attention)
+    elif not prefill:
         attention = decode_attention(node, m.num_layers, heads, kv_heads, m.head_dim,
                                      rank_batch, tokens_per_req, context, attention)
     comm = _comm(node, target_collectives(m, lp, tokens), lp, use_graph, imbalance)

@@ -21,7 +21,6 @@ from backends.perf_model.shapes import FP8, Linear
 from backends.perf_model.traffic import Collectives
 
 MEASURED, ROOFLINE, FITTED = "measured", "roofline", "fitted"
-MIXED = "measured+roofline"
 # Routed-expert weights by bits a weight -> the MoE table dtype that runs them: Marlin W4A16
 # for INT4 checkpoints with group scales (Kimi K2.6), block-scaled FP8, bf16.
 _MOE_DTYPES = ((5.0, "int4_wo"), (8.0, "fp8_block"), (16.0, "bfloat16"))
@@ -34,7 +33,7 @@ CUSTOM_ALL_REDUCE_MAX_ELEMENTS = 4 * 1024 * 1024
 @dataclass(slots=True, frozen=True)
 class Term:
     ms: float
-    source: str  # MEASURED | ROOFLINE | FITTED | MIXED
+    source: str  # MEASURED | ROOFLINE | FITTED, or several joined by "+"
     sol_ms: float = 0.0
 
     @property
@@ -43,12 +42,12 @@ class Term:
 
 
 def total(terms: Iterable[Term]) -> Term:
-    """Several terms as one: their times and speeds of light add; the source is shared or
-    ``MIXED``."""
-    terms = [t for t in terms if t.ms or t.source != FITTED]
-    sources = {t.source for t in terms if t.ms}
-    source = sources.pop() if len(sources) == 1 else (MIXED if sources else MEASURED)
-    return Term(sum(t.ms for t in terms), source, sum(t.sol_ms for t in terms))
+    """Several terms as one: their times and speeds of light add; the sources of the nonzero
+    ones are joined ("measured+fitted")."""
+    terms = list(terms)
+    sources = sorted({part for t in terms if t.ms for part in t.source.split("+")})
+    return Term(sum(t.ms for t in terms), "+".join(sources) or MEASURED,
+                sum(t.sol_ms for t in terms))
 
 
 def fitted(ms: float) -> Term:
@@ -121,6 +120,22 @@ def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_di
     return Term(ms * layers, MEASURED, roofline.sol_ms)
 
 
+def prompt_attention(node: Node, layers: int, heads: int, kv_heads: int, head_dim: int,
+                     batch: int, prompt: int, roofline: Term) -> Term:
+    """Causal attention of ``batch`` whole prompts of ``prompt`` tokens each on one rank (the
+    context tables time a prompt without a cached prefix; a chunk that continues a longer
+    prompt is the roofline's)."""
+    if node.kernels is None:
+        return roofline
+    if kv_heads == 0:
+        ms = node.kernels.mla_context_ms(batch, heads, prompt)
+    else:
+        ms = node.kernels.attention_context_ms(batch, heads, kv_heads, head_dim, prompt)
+    if ms is None:
+        return roofline
+    return Term(ms * layers, MEASURED, roofline.sol_ms)
+
+
 def moe_dtype(bits: float) -> str:
     return next(name for limit, name in _MOE_DTYPES if bits <= limit)
 
@@ -146,7 +161,10 @@ def experts(node: Node, m: ModelArch, tokens: int, tp: int, ep: int,
                              moe_dtype(m.expert_weight_bits), distribution)
     if ms is None:
         return roofline(m.routing_skew)
-    return Term(ms * m.num_moe_layers, MEASURED, roofline(skew).sol_ms)
+    ms *= m.num_moe_layers
+    # Our routing model's expert count can exceed what the measured rank streamed: the speed
+    # of light is then the measured time itself (100%), never above it.
+    return Term(ms, MEASURED, min(ms, roofline(skew).sol_ms))
 
 
 def collective(node: Node, c: Collectives, group: int, kind: str, graph: bool,

@@ -98,3 +98,36 @@ def test_grid_holds_below_the_first_point_and_scales_past_the_last():
     grid = Grid.from_rows(np.array([[2.0], [4.0]]), np.array([1.0, 2.0]))
     assert grid.at((1,)) == pytest.approx(1.0)
     assert grid.at((8,)) == pytest.approx(4.0)
+
+
+# --- the model on the tables -----------------------------------------------------------------
+
+
+def test_on_measured_kernels_dflash_wins_at_one_request_and_loses_at_peak_on_the_user_node():
+    """The user's node (8x RTX PRO 6000 PCIe, Kimi K2.6, SGLang) priced from its own kernel
+    tables: DFlash ahead of plain EP8 at one request and behind it at peak, as measured there,
+    and every kernel term of the step read from the tables."""
+    from dataclasses import replace
+
+    from backends.perf_model.references import load_reference, model_predictor
+    from backends.perf_model.shipped import default_efficiency
+
+    src = load_reference("pcie8_kimi_sglang")
+    deployment = replace(src.deployment, measured_kernels=True)
+    predict = model_predictor(deployment)
+    eff = default_efficiency(deployment.gpu, deployment.engine)
+    got = {o.name: predict(eff, o, src.workload) for o in src.observations}
+    assert got["EP8 DFlash eager c1"] > got["EP8 graphs c1"]
+    assert got["EP8 DFlash eager peak"] < got["EP8 graphs peak"]
+
+    from backends.contract import Workload
+    from backends.launch_params import LaunchParams
+    from backends.perf_model.backend import PerfModelBackend
+
+    backend = PerfModelBackend(deployment)
+    launch = LaunchParams(tp_size=8, ep_size=8, speculative_algorithm="dflash",
+                          speculative_dflash_block_size=8)
+    [level] = backend.measure(launch, Workload(1024, 512, (16,)))
+    for key in ("gemm", "moe", "attention", "comm"):
+        assert level.breakdown_source[key] == "measured", key
+    assert "measured" in level.breakdown_source["draft"]

@@ -105,6 +105,20 @@ class KernelTables:
         return self._at("mla", "generation_mla_perf.parquet", {"kv_cache_dtype": "bfloat16"},
                         ("num_heads", "batch_size", "step"), (heads, batch, context))
 
+    def mla_context_ms(self, batch: int, heads: int, prompt: int) -> float | None:
+        """MLA prompt attention of one layer on one rank: ``batch`` prompts of ``prompt``
+        tokens each (causal, no cached prefix), ``heads`` heads (the rank's share)."""
+        return self._at("mla", "context_mla_perf.parquet", {"kv_cache_dtype": "bfloat16"},
+                        ("num_heads", "batch_size", "isl"), (heads, batch, prompt))
+
+    def attention_context_ms(self, batch: int, heads: int, kv_heads: int, head_dim: int,
+                             prompt: int) -> float | None:
+        """GQA prompt attention of one layer on one rank (causal, no cached prefix)."""
+        where = {"head_dim": head_dim, "num_key_value_heads": kv_heads,
+                 "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16", "window_size": 0}
+        return self._at("attention", "context_attention_perf.parquet", where,
+                        ("num_heads", "batch_size", "isl"), (heads, batch, prompt))
+
     def mla_bmm_ms(self, op: str, tokens: int, heads: int, dtype: str) -> float | None:
         """The absorbed MLA's per-head batched GEMMs (``mla_gen_pre``: q into the latent,
         ``mla_gen_post``: the latent out to values) for ``heads`` heads of one rank."""
