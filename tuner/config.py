@@ -174,6 +174,9 @@ class BackendConfig(_Section):
     # the shipped global fit for this GPU (backends/perf_model/fitted.yaml); `dflash-tune
     # calibrate --study NAME --write` stores a study's own fit here.
     efficiency: dict[str, float] = {}
+    # The model backend prices GEMMs, experts, attention and collectives from the GPU's measured
+    # kernel tables (docs/ARCHITECTURE.md) instead of the fitted roofline.
+    measured_kernels: bool = False
     simulation: SimulationConfig = SimulationConfig()
 
 

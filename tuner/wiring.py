@@ -35,7 +35,8 @@ def deployment_from(cfg: Config) -> Deployment:
         rank_decay=d.rank_decay)
     return Deployment(gpu=cfg.hardware.gpu, gpus=cfg.hardware.gpus, model=cfg.model.name,
                       target=target, drafter=drafter, engine=b.engine,
-                      engine_version=b.engine_version, flag_overrides=dict(b.flag_overrides))
+                      engine_version=b.engine_version, flag_overrides=dict(b.flag_overrides),
+                      measured_kernels=b.measured_kernels)
 
 
 def workload_from(cfg: Config) -> Workload:
