@@ -173,3 +173,14 @@ def test_debug_flag_and_env_show_the_traceback_of_a_known_error(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "DFLASH_TUNE_DEBUG": "1"})
     assert "Traceback" in env.stderr
+
+
+def test_measured_kernels_reach_the_model_backend_from_the_config():
+    from backends.perf_model import PerfModelBackend
+    from tuner.wiring import deployment_from
+
+    default = deployment_from(Config())
+    measured = deployment_from(Config.model_validate({"backend": {"measured_kernels": True}}))
+    assert not default.measured_kernels and measured.measured_kernels
+    assert PerfModelBackend(default).node.kernels is None
+    assert PerfModelBackend(measured).node.kernels.system == "rtx_pro_6000_server"
