@@ -111,3 +111,12 @@ def test_estimate_of_a_ddtree_with_the_defaults_prices_the_uncapped_tree(tmp_pat
     chain, _ = _levels(tmp_path, "--speculative-algorithm", "ddtree",
                        "--speculative-ddtree-topk", "1")
     assert uncapped[0]["accept_len_mean"] > chain[0]["accept_len_mean"]
+
+
+def test_a_model_config_json_that_is_no_object_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("[1, 2, 3]")
+    run = cli(*ARGS[:6], str(tmp_path / "config.json"), *ARGS[7:], cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'config.json'}: must hold a JSON object of config fields, not a "
+        "list"]
