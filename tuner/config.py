@@ -36,7 +36,8 @@ class _Section(BaseModel):
 
 
 class StudyConfig(_Section):
-    name: str = "pcie8-kimi-sglang"
+    # Stored in String(512) columns; PostgreSQL refuses longer values and any NUL character.
+    name: str = Field("pcie8-kimi-sglang", min_length=1, max_length=512)
     storage: str = "sqlite:///results.db"
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     seed: int | None = 0
@@ -48,6 +49,13 @@ class StudyConfig(_Section):
     heartbeat_s: int | None = Field(30, ge=1)
     # How often one configuration is re-queued after workers died running it.
     max_retries: int = Field(3, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _no_nul(cls, name: str) -> str:
+        if "\x00" in name:
+            raise ValueError("must not contain a NUL character")
+        return name
 
     @field_validator("storage")
     @classmethod

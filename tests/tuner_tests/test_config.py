@@ -225,3 +225,17 @@ def test_a_config_that_is_not_a_small_regular_file_is_one_line_at_once(tmp_path,
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [f"error: {path}: {says}; " + (
         "point -c at the right file" if "bytes" in says else "point -c at a tuner.yaml")]
+
+
+@pytest.mark.parametrize("name, says", [
+    ("s" * 513, "at most 512 characters"),
+    ("a\x00b", "must not contain a NUL character"),
+    ("", "at least 1 character"),
+])
+def test_a_study_name_no_results_db_can_store_is_refused(tmp_path, name, says):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"study": {"name": name}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    [line] = err.value.lines
+    assert "study.name" in line and says in line

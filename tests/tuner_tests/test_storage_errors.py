@@ -170,3 +170,20 @@ def test_a_db_of_another_schema_names_the_table_and_row(tmp_path, study_db, dama
     for command in ("best", "export", "dashboard"):
         _one_line_exit_2(cli(command, cwd=tmp_path), f"'sqlite:///{tmp_path / 'results.db'}'",
                          says)
+
+
+def test_a_log_with_a_nul_character_is_stored_in_postgresql(tmp_path):
+    """PostgreSQL refuses NUL in a text column; a server's log excerpt may hold one."""
+    from pg_server import postgres
+
+    from tuner import records
+
+    with postgres() as server:  # skips without PostgreSQL or psycopg2
+        url = server.create_database("nul").replace("postgresql://", "postgresql+psycopg2://")
+        db = records.connect(url)
+        record = records.TrialRecord(0, "model", {}, "crash", True, "serve\x00x", {},
+                                     "Segmentation fault\x00\x00", {})
+        records.save_trial(db, "s", record, [])
+        [back] = records.load_trials(db, "s")
+        db.dispose()
+    assert (back.command, back.log_excerpt) == ("serve\ufffdx", "Segmentation fault\ufffd\ufffd")

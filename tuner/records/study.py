@@ -18,6 +18,7 @@ from backends import LaunchParams
 from backends import Measurement
 from tuner.records.serialize import measurement_row
 from tuner.records.serialize import row_metrics
+from tuner.records.serialize import storable_text
 from tuner.records.stored import json_value
 from tuner.records.stored import numbers
 from tuner.records.stored import reading
@@ -95,8 +96,8 @@ def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
         "study": study, "trial_number": record.trial_number, "backend": record.backend,
         "params_json": json.dumps(record.params, sort_keys=True), "status": record.status,
         "measured": record.measured,
-        "command": record.command, "env_json": json.dumps(record.env),
-        "log_excerpt": record.log_excerpt, "created_at": now(),
+        "command": storable_text(record.command), "env_json": json.dumps(record.env),
+        "log_excerpt": storable_text(record.log_excerpt), "created_at": now(),
     }
     with engine.begin() as conn:
         conn.execute(trials.insert().values(**trial_row))
