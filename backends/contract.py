@@ -14,9 +14,9 @@ from typing import Any
 
 from backends.errors import UserError
 
-# The most concurrent requests a level or a running batch may name: far above what one node's
-# KV pool holds at any useful length, so a larger number is a typo, refused before any work
-# whose cost grows with it (graph ladders, flag lists, load-test clients).
+# The most concurrent requests a level (or a captured graph batch) may name: far above what one
+# node's KV pool holds at any useful length, so a larger number is a typo, refused before any
+# work whose cost grows with it (graph ladders, flag lists, load-test clients).
 MAX_CONCURRENCY = 65_536
 
 

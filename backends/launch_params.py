@@ -108,9 +108,11 @@ class LaunchParams:
         if self.cuda_graph_bs_ladder not in GRAPH_LADDERS:
             raise InvalidParams(f"cuda_graph_bs_ladder must be one of {GRAPH_LADDERS}")
         for name in ("tp_size", "dp_size", "ep_size", "max_running_requests", "cuda_graph_max_bs"):
-            if not 1 <= getattr(self, name) <= MAX_CONCURRENCY:
-                raise InvalidParams(f"{name} must be in 1..{MAX_CONCURRENCY}, "
-                                    f"got {getattr(self, name)}")
+            if getattr(self, name) < 1:
+                raise InvalidParams(f"{name} must be >= 1")
+        if self.cuda_graph_max_bs > MAX_CONCURRENCY:  # its ladder of sizes grows with it
+            raise InvalidParams(f"cuda_graph_max_bs must be at most {MAX_CONCURRENCY}, "
+                                f"got {self.cuda_graph_max_bs}")
         if self.tp_size % self.ep_size:
             raise InvalidParams(f"ep_size {self.ep_size} must divide tp_size {self.tp_size}")
         if self.speculative and self.speculative_dflash_block_size < 2:
