@@ -14,6 +14,11 @@ from typing import Any
 
 from backends.errors import UserError
 
+# The most concurrent requests a level (or a captured graph batch) may name: far above what one
+# node's KV pool holds at any useful length, so a larger number is a typo, refused before any
+# work whose cost grows with it (graph ladders, flag lists, load-test clients).
+MAX_CONCURRENCY = 65_536
+
 
 class FailureClass(str, enum.Enum):
     OOM = "oom"
@@ -51,6 +56,9 @@ class Workload:
             raise UserError("input_len and output_len must be >= 1")
         if not self.concurrency or min(self.concurrency) < 1:
             raise UserError("concurrency levels must be a non-empty list of integers >= 1")
+        if max(self.concurrency) > MAX_CONCURRENCY:
+            raise UserError(f"concurrency level {max(self.concurrency)} is above the "
+                            f"{MAX_CONCURRENCY} concurrent requests a node can hold")
         if self.request_rate is not None and not self.request_rate > 0:
             raise UserError(f"request_rate must be > 0 requests/s, got {self.request_rate}")
 

@@ -131,9 +131,9 @@ def _length(where: str, value: Any) -> int | None:
 def _tokenizer(folder: str | Path | None):
     if folder is None or not (Path(folder) / "tokenizer.json").is_file():
         return None
-    from tokenizers import Tokenizer
+    from dflash_core.training.tokenizer import load_tokenizer
 
-    return Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    return load_tokenizer(folder)
 
 
 def _ids(tokenizer, prompt: list[int] | str) -> list[int] | str:

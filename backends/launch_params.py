@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from backends.contract import MAX_CONCURRENCY
 from backends.errors import UserError
 from dflash_core.speculation.spec import METHODS as SPECULATIVE_ALGORITHMS
 from dflash_core.speculation.spec import (Spec, budget_at_rows, check_tree_caps, spec_for,
@@ -109,6 +110,9 @@ class LaunchParams:
         for name in ("tp_size", "dp_size", "ep_size", "max_running_requests", "cuda_graph_max_bs"):
             if getattr(self, name) < 1:
                 raise InvalidParams(f"{name} must be >= 1")
+        if self.cuda_graph_max_bs > MAX_CONCURRENCY:  # its ladder of sizes grows with it
+            raise InvalidParams(f"cuda_graph_max_bs must be at most {MAX_CONCURRENCY}, "
+                                f"got {self.cuda_graph_max_bs}")
         if self.tp_size % self.ep_size:
             raise InvalidParams(f"ep_size {self.ep_size} must divide tp_size {self.tp_size}")
         if self.speculative and self.speculative_dflash_block_size < 2:
@@ -119,8 +123,10 @@ class LaunchParams:
         if self.is_ddtree:
             self._check_tree_caps()
         sizes = self.cuda_graph_bs
-        if sizes is not None and not (sizes and all(type(b) is int and b >= 1 for b in sizes)):
-            raise InvalidParams(f"cuda_graph_bs must be batch sizes >= 1, got {sizes}")
+        if sizes is not None and not (sizes and all(
+                type(b) is int and 1 <= b <= MAX_CONCURRENCY for b in sizes)):
+            raise InvalidParams(f"cuda_graph_bs must be batch sizes in 1..{MAX_CONCURRENCY}, "
+                                f"got {sizes}")
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise InvalidParams("mem_fraction_static must be in (0, 1)")
 

@@ -196,9 +196,11 @@ def _parse_ids(text: str) -> list[int]:
 def _tokenizer(directory: Path):
     path = Path(directory) / "tokenizer.json"
     try:
-        from tokenizers import Tokenizer
+        import tokenizers  # noqa: F401
     except ImportError:
         raise UserError("--prompt needs the `tokenizers` package; use --prompt-ids") from None
     if not path.is_file():
         raise UserError(f"--prompt needs {path}; use --prompt-ids")
-    return Tokenizer.from_file(str(path))
+    from dflash_core.training.tokenizer import load_tokenizer
+
+    return load_tokenizer(directory)

@@ -17,10 +17,13 @@ from backends.flags import render_env
 from backends.flags import render_shell
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
+from pydantic import ValidationError
+
 from tuner import records
 from tuner import stats
 from tuner.config import Config
 from tuner.errors import NoResultError
+from tuner.errors import StorageError
 from tuner.records import TrialRecord
 from tuner.schedule import budget_schedule
 from tuner.schedule import layout_of
@@ -33,6 +36,7 @@ from tuner.sla import extreme
 from tuner.sla import meets
 from tuner.sla import queueing
 from tuner.sla import with_bounds
+from tuner.storage import shown_url
 from tuner.wiring import launch_target_from
 
 DEFAULT_TOP = 10  # front members shown and returned
@@ -147,7 +151,7 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
     """The study of ``cfg`` (its storage and name) ranked under ``sla`` (default: the
     study's), for ``engine`` (default: the study's)."""
     db, stored = open_records(cfg.study.storage, cfg.study.name)
-    run_cfg = Config.model_validate(stored)
+    run_cfg = study_config(stored, cfg.study.storage, cfg.study.name)
     engine = engine or run_cfg.backend.engine
     w = run_cfg.workload  # flags and SLA follow what the study ran with
     limits = with_bounds([Limit.parse(s) for s in sla], w.bounds) if sla is not None else w.limits
@@ -170,17 +174,29 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
 
 def open_records(storage: str, name: str) -> tuple[Any, dict[str, Any]]:
     """The results DB and the stored config of study ``name``; NoResultError (saying what to
-    run) when either is missing. Creates no DB file."""
-    missing = records.missing_sqlite_file(storage)
-    if missing:
-        raise NoResultError(f"no results DB at {missing}; run `dflash-tune run` first")
-    db = records.connect(storage)
+    run) when either is missing. Writes nothing."""
+    db = records.open_results(storage)
     stored = records.load_study_config(db, name)
     if stored is None:
         known = ", ".join(records.study_names(db)) or "none"
         raise NoResultError(f"no study named {name!r} in {storage} "
                             f"(studies: {known}); run `dflash-tune run` first")
     return db, stored
+
+
+def study_config(stored: dict[str, Any], storage: str, name: str) -> Config:
+    """The configuration study ``name`` ran with (stored beside its trials), read from
+    ``storage``; a stored config this version cannot read is a one-line StorageError naming
+    the table and the study."""
+    try:
+        return Config.model_validate(stored)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(top level)"
+        raise StorageError(
+            f"storage {shown_url(storage)}: table dflash_tune_studies, study {name!r}: its "
+            f"stored configuration does not validate ({where}: {first['msg']}); it was written "
+            "by another program or version: run the study again into a new DB") from None
 
 
 def _emitter(run_cfg: Config, engine: str) -> Emitter:

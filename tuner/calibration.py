@@ -32,8 +32,14 @@ def calibrate_reference(name: str) -> Efficiency:
 def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     """Fit on the study's measured levels (every launch, or all but the held-out share of its
     trials, every ``1/holdout``-th by trial number) and compare."""
-    trials = _measured_trials(cfg)
-    eff, result, fitted, held = fit_study(cfg, holdout, trials)
+    cfg, trials = _measured_trials(cfg)
+    render.note(f"fitting the model's constants to {len(trials)} measured launches of study "
+                f"{cfg.study.name!r} (each start of the fit takes a while)")
+    with render.stage_progress() as update:
+        def progress(done: int, total: int, cost: float | None) -> None:
+            update("fit starts", done, total, cost)
+
+        eff, result, fitted, held = fit_study(cfg, holdout, trials, progress)
     _show(f"model vs study {cfg.study.name} (fitted levels)", fitted)
     if held:
         _show(f"held-out launches ({len(held)} levels, not fitted)", held)
@@ -49,16 +55,18 @@ def calibrate_study(cfg: Config, holdout: float = 0.0) -> Efficiency:
     return eff
 
 
-def fit_study(cfg: Config, holdout: float = 0.0, trials: list | None = None):
+def fit_study(cfg: Config, holdout: float = 0.0, trials: list | None = None, progress=None):
     """(constants, the FitResult, comparisons on the fitted levels, on the held-out ones), from
-    `trials` (default: the study's measured ones).
+    `trials` (default: the study's measured ones, and then the study's own configuration in
+    place of ``cfg``); ``progress`` as global_fit.fit_sources takes it.
     The drafter's acceptance is fitted first, to the fitted launches' measured accept lengths
     (acceptance_fit), so the constants do not absorb the drafter's error."""
     from backends.perf_model.acceptance_fit import fit_acceptance
     from backends.perf_model.global_fit import fit_sources
     from tuner.wiring import deployment_from, efficiency_from, workload_from
 
-    trials = _measured_trials(cfg) if trials is None else trials
+    if trials is None:
+        cfg, trials = _measured_trials(cfg)
     fit_trials, held_trials = _split(trials, holdout)
     fit_obs, held = _observations(fit_trials), _observations(held_trials)
     if not fit_obs:
@@ -67,7 +75,8 @@ def fit_study(cfg: Config, holdout: float = 0.0, trials: list | None = None):
     dep = fit_acceptance(deployment_from(cfg), efficiency_from(cfg), workload,
                          [(t.launch, row.get("accept_len_mean")) for t in fit_trials
                           for row in t.measurements.values()])
-    result = fit_sources([Reference(dep, workload, tuple(fit_obs), name=cfg.study.name)])
+    result = fit_sources([Reference(dep, workload, tuple(fit_obs), name=cfg.study.name)],
+                         progress=progress)
     eff = result.efficiency(dep.gpu, dep.engine, fallback=efficiency_from(cfg))
     predict = model_predictor(dep)
     return (eff, result, compare(predict, eff, fit_obs, workload),
@@ -116,13 +125,18 @@ def repeat_spreads(trials: list) -> list[str]:
             f"{statistics.median(errors):.2f}", *lines]
 
 
-def _measured_trials(cfg: Config) -> list:
+def _measured_trials(cfg: Config) -> tuple[Config, list]:
+    """The configuration the study ran with (its deployment, workload and constants, whatever
+    ./tuner.yaml says now) and its successful measured trials."""
     from tuner import records
-    from tuner.best import open_records
+    from tuner.best import open_records, study_config
 
-    db, _ = open_records(cfg.study.storage, cfg.study.name)
-    return [t for t in records.load_trials(db, cfg.study.name)
-            if t.ok and t.measured and t.launch is not None]
+    db, stored = open_records(cfg.study.storage, cfg.study.name)
+    run_cfg = study_config(stored, cfg.study.storage, cfg.study.name)
+    run_cfg.study = run_cfg.study.model_copy(
+        update={"storage": cfg.study.storage, "name": cfg.study.name})
+    return run_cfg, [t for t in records.load_trials(db, cfg.study.name)
+                     if t.ok and t.measured and t.launch is not None]
 
 
 def _split(trials: list, holdout: float) -> tuple[list, list]:

@@ -322,9 +322,11 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
     req = EstimateRequest(gpu, gpus, model, acceptance_length, drafter_layers, input_len,
                           output_len, levels, launch, engine.value, measured_kernels)
     rows = run_estimate(req)
-    show(req, rows)
     if fmt is TableOrJson.json:
+        show(req, rows)
         render.emit(json.dumps(as_json(req, rows), indent=2))
+    else:
+        show(req, rows, render.answer)
 
 
 def _level(text: str) -> int:
@@ -333,8 +335,11 @@ def _level(text: str) -> int:
     except ValueError:
         raise UsageError(f"--concurrency wants integers separated by commas, got {text!r}") \
             from None
-    if level < 1:
-        raise UsageError(f"--concurrency levels must be >= 1, got {level}")
+    from backends.contract import MAX_CONCURRENCY
+
+    if not 1 <= level <= MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency levels must be in 1..{MAX_CONCURRENCY} (concurrent "
+                         f"requests a node can hold), got {level}")
     return level
 
 

@@ -6,6 +6,8 @@ drafter, SGLang) and the model backend, so ``dflash-tune run`` works with no fil
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Any
 from typing import Literal
@@ -17,6 +19,7 @@ from pydantic import ValidationError
 from pydantic import field_validator
 from pydantic import model_validator
 
+from backends.contract import MAX_CONCURRENCY
 from tuner.config_checks import catalog_problems
 from tuner.config_file import read_config_yaml
 from tuner.errors import ConfigError
@@ -33,7 +36,8 @@ class _Section(BaseModel):
 
 
 class StudyConfig(_Section):
-    name: str = "pcie8-kimi-sglang"
+    # Stored in String(512) columns; PostgreSQL refuses longer values and any NUL character.
+    name: str = Field("pcie8-kimi-sglang", min_length=1, max_length=512)
     storage: str = "sqlite:///results.db"
     sampler: Literal["tpe", "random", "nsga2"] = "tpe"
     seed: int | None = 0
@@ -45,6 +49,13 @@ class StudyConfig(_Section):
     heartbeat_s: int | None = Field(30, ge=1)
     # How often one configuration is re-queued after workers died running it.
     max_retries: int = Field(3, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _no_nul(cls, name: str) -> str:
+        if "\x00" in name:
+            raise ValueError("must not contain a NUL character")
+        return name
 
     @field_validator("storage")
     @classmethod
@@ -98,7 +109,7 @@ class WorkloadConfig(_Section):
     output_len: int = Field(512, ge=1)
     concurrency: list[int] = [1, 4, 16, 32, 64, 128, 256]
     # Throughput is maximised at this level; the SLA applies there.
-    target_concurrency: int = Field(128, ge=1)
+    target_concurrency: int = Field(128, ge=1, le=MAX_CONCURRENCY)
     sla: list[str] = ["tpot_p50_ms<=100"]
     # Bounds on time to first token that hold beside `sla` (and `best --sla`) unless it names the
     # metric; null drops one. TPOT alone misses queueing: with a running cap below the load, TPOT
@@ -121,8 +132,9 @@ class WorkloadConfig(_Section):
 
     @model_validator(mode="after")
     def _levels(self) -> WorkloadConfig:
-        if any(c < 1 for c in self.concurrency):
-            raise ValueError("concurrency levels must be >= 1")
+        if any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency):
+            raise ValueError(f"concurrency levels must be in 1..{MAX_CONCURRENCY} (concurrent "
+                             "requests a node can hold)")
         # Both objectives need their level measured.
         self.concurrency = sorted(set(self.concurrency) | {1, self.target_concurrency})
         return self
@@ -153,12 +165,27 @@ class SimulationConfig(_Section):
     acceptance: list[float] | None = None
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def _is_host(text: str) -> bool:
+    """An IP address, or a DNS name of 1-63 character labels (RFC 1123)."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    labels = text.removesuffix(".").split(".")
+    return len(text) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
 class BackendConfig(_Section):
     name: str = "model"
     engine: Literal["sglang", "vllm", "dflash"] = "sglang"
     engine_version: str | None = None
-    host: str = "127.0.0.1"
-    port: int | None = None  # None: the engine's own default (SGLang 30000, vLLM and serve 8000)
+    host: str = "127.0.0.1"  # a host name or IP address the server binds and is reached at
+    # None: the engine's own default (SGLang 30000, vLLM and serve 8000).
+    port: int | None = Field(None, ge=1, le=65535)
     context_length: int | None = None
     extra_args: list[str] = []
     # Follow an engine's flag rename without a code change: logical key -> flag (null drops it).
@@ -178,6 +205,14 @@ class BackendConfig(_Section):
     # kernel tables (docs/ARCHITECTURE.md) instead of the fitted roofline.
     measured_kernels: bool = False
     simulation: SimulationConfig = SimulationConfig()
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not _is_host(value):
+            raise ValueError("must be a host name or an IP address (no scheme, port or path), "
+                             "e.g. 127.0.0.1 or node1.example.com")
+        return value
 
 
 class GatesConfig(_Section):

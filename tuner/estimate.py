@@ -2,7 +2,8 @@
 
 No study, no config file: the GPU, the model, the parallelism and the speculation are flags;
 the answer is the model's prediction at each concurrency level, with the per-component step
-breakdown (what the time goes to) on stderr and, with ``--format json``, the levels on stdout.
+breakdown (what the time goes to) on stdout; with ``--format json`` the levels are stdout's only
+content and the table goes to stderr.
 """
 
 from __future__ import annotations
@@ -95,16 +96,18 @@ def _level(m: Measurement) -> dict:
             "breakdown_source": m.breakdown_source, "breakdown_sol_pct": m.breakdown_sol_pct}
 
 
-def show(req: EstimateRequest, rows: Sequence[Measurement]) -> None:
+def show(req: EstimateRequest, rows: Sequence[Measurement], console=render.human) -> None:
     columns = ["concurrency", "output tok/s", "TPOT ms", "TTFT ms", "accept"]
     table = [(m.concurrency, f"{m.output_tok_s:,.1f}", f"{m.tpot_p50_ms:.2f}",
               f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}") for m in rows]
     render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}",
-                 columns, table)
+                 columns, table, console=console)
     render.note("step breakdown, ms per round (where each time comes from: measured kernel "
-                "tables, roofline, fitted constant; % = share of the hardware's speed of light):")
+                "tables, roofline, fitted constant; % = share of the hardware's speed of light):",
+                console=console)
     for m in rows:
-        render.note(f"  c={m.concurrency}: " + ", ".join(_part(m, k) for k in m.breakdown_ms))
+        render.note(f"  c={m.concurrency}: " + ", ".join(_part(m, k) for k in m.breakdown_ms),
+                    console=console)
 
 
 def _part(m: Measurement, name: str) -> str:

@@ -21,6 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 human = Console(stderr=True, highlight=False)
+# A human-readable answer that is the command's whole output (estimate's table): stdout, so
+# that `> file` keeps it; a command's machine format never shares stdout with it.
+answer = Console(highlight=False)
 
 
 def emit(text: str) -> None:
@@ -29,8 +32,8 @@ def emit(text: str) -> None:
     sys.stdout.flush()
 
 
-def note(text: str, style: str = "") -> None:
-    human.print(Text(text, style=style), soft_wrap=True)
+def note(text: str, style: str = "", console: Console = human) -> None:
+    console.print(Text(text, style=style), soft_wrap=True)
 
 
 def error(text: str) -> None:
@@ -90,7 +93,7 @@ def _plain_stages() -> Any:
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-          compact: bool = False) -> None:
+          compact: bool = False, console: Console = human) -> None:
     """``compact``: light rules, cells never wrapped, numbers right-aligned (a table of short
     cells that fits 80 columns)."""
     t = Table(title=Text(title), title_justify="left",
@@ -101,7 +104,7 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                      justify="right" if numeric else "left")
     for row in rows:
         t.add_row(*(_cell(v) for v in row))
-    human.print(t)
+    console.print(t)
 
 
 def _cell(value: Any) -> Text:

@@ -55,7 +55,9 @@ def run_study(cfg: Config) -> int:
     if done:
         render.note(f"resuming study {cfg.study.name!r}: {done} trials kept, "
                     f"{n_trials - done} to go")
-    with graceful_interrupt() as gate, render.trial_progress(n_trials, done) as update:
+    # A DB that fills up or turns read-only mid-run is one line, as at the start.
+    with storage_errors(cfg.study.storage), graceful_interrupt() as gate, \
+            render.trial_progress(n_trials, done) as update:
         objective.gate = gate
         progress = run_trials(study, objective, claim, lambda p: update(p.best_tok_s),
                               catch=(TransientFailure,), stop=lambda: gate.requested)

@@ -23,6 +23,9 @@ REMEDIES = {
     "readonly database": "the DB is read-only: make it writable, or point --storage at a copy",
     "file is not a database": "not a SQLite database: point --storage at a new file or a results DB",
     "unable to open database file": "SQLite cannot open it: is its folder there and writable?",
+    "database or disk is full": "the disk is full: free space, or point --storage elsewhere",
+    "no such column": "its tables are not the ones dflash-tune writes (another program's "
+                      "schema, or damaged); point --storage at the DB `dflash-tune run` wrote",
 }
 
 
@@ -32,7 +35,7 @@ def url_problem(url: str) -> str | None:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
         return f"{url!r} is not a database URL; write e.g. {EXAMPLES}"
-    shown = _shown(url)
+    shown = shown_url(url)
     try:
         parsed.get_dialect()
     except sa.exc.NoSuchModuleError:
@@ -40,7 +43,19 @@ def url_problem(url: str) -> str | None:
         close = difflib.get_close_matches(name, sa.dialects.__all__, n=1)
         hint = f"did you mean {close[0]}://?" if close else f"write e.g. {EXAMPLES}"
         return f"{shown}: unknown database {name!r}; {hint}"
+    if _in_memory(parsed):
+        return (f"{shown} is an in-memory SQLite DB, gone when the command ends with every "
+                f"trial in it; name a file, e.g. sqlite:///results.db")
     return None
+
+
+def _in_memory(parsed: sa.engine.URL) -> bool:
+    """SQLite without a file: no path, :memory:, or a URI filename in memory mode."""
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    path = parsed.database or ""
+    return (path in ("", ":memory:") or path.startswith("file::memory:")
+            or "mode=memory" in path or parsed.query.get("mode") == "memory")
 
 
 def driver_problem(url: str) -> str | None:
@@ -52,7 +67,7 @@ def driver_problem(url: str) -> str | None:
     except ImportError as err:
         driver = parsed.get_driver_name()
         install = INSTALL.get(driver, f"pip install {err.name or driver}")
-        return f"{_shown(url)}: its driver is not installed ({err}); {install}, or use {EXAMPLES}"
+        return f"{shown_url(url)}: its driver is not installed ({err}); {install}, or use {EXAMPLES}"
     return None
 
 
@@ -69,13 +84,13 @@ def storage_errors(url: str) -> Iterator[None]:
             raise
         raise StorageError(f"storage {problem}") from err
     except (FileNotFoundError, NotADirectoryError) as err:  # the SQLite folder lock's open
-        raise StorageError(f"storage {_shown(url)}: folder {err.filename} does not exist; "
+        raise StorageError(f"storage {shown_url(url)}: folder {err.filename} does not exist; "
                            "create it or point --storage elsewhere") from err
     except Exception as err:
         dbapi = _dbapi_error(err)
         if dbapi is None:
             raise
-        raise StorageError(f"storage {_shown(url)}: {_remedy(url, dbapi)}") from err
+        raise StorageError(f"storage {shown_url(url)}: {_remedy(url, dbapi)}") from err
 
 
 def _remedy(url: str, err: sa.exc.DBAPIError) -> str:
@@ -96,7 +111,7 @@ def _dbapi_error(err: BaseException | None) -> sa.exc.DBAPIError | None:
     return err
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
     """``url`` as the user wrote it, its password masked."""
     try:
         parsed = sa.engine.make_url(url)

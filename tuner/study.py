@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field
 
@@ -126,11 +129,43 @@ def run_trials(study: optuna.Study, objective: Callable, claim: Claim,
 
     while not progress.gave_up(give_up) and claim.wait_turn(stop):
         try:  # one trial per call: the claim lock is taken before each Optuna ask
-            study.optimize(claim.marking(objective), n_trials=1, callbacks=[callback],
-                           catch=catch, gc_after_trial=False)
+            with _failures_told_once(catch):
+                study.optimize(claim.marking(objective), n_trials=1, callbacks=[callback],
+                               catch=catch, gc_after_trial=False)
         finally:
             claim.lock.release()  # already released unless the ask itself failed
     return progress
+
+
+class _FailedTrialFilter(logging.Filter):
+    """Optuna logs a failed trial as a warning with the error's whole traceback, then once
+    more with its value. An error it re-raises is reported once, as one line, by the command
+    (a bug's traceback under --debug), so both go; a failure it catches (retried) keeps its
+    first line, without the traceback."""
+
+    def __init__(self, catch: tuple[type[Exception], ...]) -> None:
+        super().__init__()
+        self.catch = catch
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not (message.startswith("Trial ") and " failed with " in message):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or not isinstance(error, self.catch):
+            return False
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextmanager
+def _failures_told_once(catch: tuple[type[Exception], ...]) -> Iterator[None]:
+    logger, quiet = logging.getLogger("optuna.study._optimize"), _FailedTrialFilter(catch)
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _feasible(trial: optuna.trial.FrozenTrial) -> bool:

@@ -193,8 +193,11 @@ def load_model(name_or_path: str) -> ModelArch:
                            f"({', '.join(model_names())}) nor a config.json path")
     try:
         config = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CatalogError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(config, dict):
+        raise CatalogError(f"{path}: must hold a JSON object of config fields, not a "
+                           f"{type(config).__name__}")
     return model_from_config(str(path.parent.name), config)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,8 +126,11 @@ def constants_of(sources: Sequence[Reference]) -> list[Constant]:
 
 
 def fit_sources(sources: Sequence[Reference], starts: int = 4, seed: int = 0,
-                max_nfev: int = 200) -> FitResult:
-    """Fit every source's fitted observations at once; see the module docstring."""
+                max_nfev: int = 200,
+                progress: Callable[[int, int, float | None], None] | None = None) -> FitResult:
+    """Fit every source's fitted observations at once; see the module docstring.
+    ``progress(starts done, starts, best cost so far)`` is called before the first start and
+    after each (a start can take many seconds)."""
     from scipy.optimize import least_squares
 
     consts = constants_of(sources)
@@ -140,12 +143,15 @@ def fit_sources(sources: Sequence[Reference], starts: int = 4, seed: int = 0,
         return np.concatenate([data(x), PRIOR_WEIGHT * (x - priors)])
 
     best, losses = None, []
+    tell = progress or (lambda done, total, cost: None)
+    tell(0, starts, None)
     for x0 in _starts(priors, low, high, starts, seed):
         res = least_squares(residuals, x0, bounds=(low, high), method="trf",
                             diff_step=1e-3, max_nfev=max_nfev)
         losses.append(float(res.cost))
         if best is None or res.cost < best.cost:
             best = res
+        tell(len(losses), starts, float(best.cost))
     values = {c.key: c.from_x(x) for c, x in zip(consts, best.x)}
     return FitResult(values, _identify(consts, best.x, data, low, high), float(best.cost),
                      starts, losses)

@@ -35,6 +35,7 @@ class ModelConfig:
     rope_scaling: YarnScaling | None = None  # the Kimi DFlash drafters use YaRN
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         if min(self.vocab_size, self.hidden_size, self.num_hidden_layers) < 1:
             raise CheckpointError("vocab_size, hidden_size and num_hidden_layers must be >= 1")
         if min(self.num_attention_heads, self.num_key_value_heads, self.head_dim) < 1:
@@ -110,6 +111,35 @@ _KINDS = {**dict.fromkeys(_REQUIRED + ("head_dim", "num_experts", "num_experts_p
           "rms_norm_eps": "a number", "rope_theta": "a number",
           "tie_word_embeddings": "true or false", "norm_topk_prob": "true or false",
           "mlp_only_layers": "a list of integers", "target_layer_ids": "a list of integers"}
+
+
+# What a real model's config holds, with room to spare (the largest public ones: vocab ~260k,
+# hidden 16k-25k, ~130 layers, 128 heads, head_dim 256, 512 experts). Beyond these a value is a
+# typo or a damaged file, and building the model would try to allocate it.
+BOUNDS = {"vocab_size": (1, 1 << 22), "hidden_size": (1, 1 << 17),
+          "intermediate_size": (1, 1 << 20), "num_hidden_layers": (1, 1024),
+          "num_attention_heads": (1, 4096), "num_key_value_heads": (1, 4096),
+          "head_dim": (1, 4096), "num_experts": (0, 1 << 14), "num_experts_per_tok": (0, 1 << 14),
+          "moe_intermediate_size": (0, 1 << 20), "decoder_sparse_step": (1, 1024),
+          # DeepSeek-V3 / Kimi K2's own (deepseek_config)
+          "n_routed_experts": (0, 1 << 14), "kv_lora_rank": (1, 1 << 16),
+          "qk_rope_head_dim": (1, 4096), "v_head_dim": (1, 4096)}
+
+
+def check_bounds(config: Any) -> None:
+    """A CheckpointError naming the first field of ``config`` (a model's config dataclass)
+    out of the bounds a real model's config holds (fields it lacks are skipped); rope_theta
+    and rms_norm_eps must be positive."""
+    for name, (low, high) in BOUNDS.items():
+        value = getattr(config, name, None)
+        if value is not None and not low <= value <= high:
+            raise CheckpointError(f"config.json: {name} must be in {low}..{high}, got {value}")
+    if not 0 < config.rope_theta < float("inf"):
+        raise CheckpointError(f"config.json: rope_theta must be a positive number, got "
+                              f"{config.rope_theta}")
+    if not 0 < config.rms_norm_eps < 1:
+        raise CheckpointError(f"config.json: rms_norm_eps must be in (0, 1), got "
+                              f"{config.rms_norm_eps}")
 
 
 def check_types(raw: dict[str, Any], kinds: dict[str, str] | None = None) -> None:
@@ -205,6 +235,10 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path} not found")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} must hold a JSON object of config fields, "
+                              f"not a {type(raw).__name__}")
+    return raw

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_core.models.config import check_types
+from dflash_core.models.config import check_bounds, check_types
 from dflash_core.models.errors import CheckpointError
 from dflash_core.models.int4 import Int4Scheme
 from dflash_core.models.yarn import YarnScaling
@@ -52,6 +52,7 @@ class DeepseekConfig:
     weight_prefix: str = ""  # "language_model." inside the K2.5 wrapper
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         dims = (self.vocab_size, self.hidden_size, self.num_hidden_layers,
                 self.num_attention_heads, self.kv_lora_rank, self.qk_rope_head_dim,
                 self.v_head_dim)

@@ -101,7 +101,13 @@ def _shard_names(index: Path) -> list[str]:
         raise CheckpointError(f"{index} is not a valid index: {error}") from None
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index} has no weight_map")
-    return sorted(set(weight_map.values()))
+    names = set(weight_map.values())
+    root = index.parent.resolve()
+    for name in names:  # a shard is a file of the checkpoint, never one elsewhere on the disk
+        if not isinstance(name, str) or not (root / name).resolve().is_relative_to(root):
+            raise CheckpointError(f"{index}: shard {name!r} is not a file inside {index.parent}; "
+                                  "a weight_map lists the checkpoint's own files")
+    return sorted(names)
 
 
 def _load_into(build: Callable[[], nn.Module], weights: LazyWeights, dtype: torch.dtype,

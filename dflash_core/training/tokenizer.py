@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dflash_core.models.errors import CheckpointError
+
 END_OF_TEXT = "<|endoftext|>"
 MASK = "<|mask|>"
 
@@ -22,9 +24,17 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
 
 def load_tokenizer(directory: str | Path):
+    """The checkpoint's ``tokenizer.json``; a CheckpointError naming it when `tokenizers`
+    cannot read it."""
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(Path(directory) / "tokenizer.json"))
+    path = Path(directory) / "tokenizer.json"
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception for a file it cannot parse
+        reason = (str(error).splitlines() or [type(error).__name__])[0]
+        raise CheckpointError(f"{path} is not a tokenizer the `tokenizers` package reads "
+                              f"({reason})") from None
 
 
 def encode_files(tokenizer, texts: list[str]) -> list[int]:

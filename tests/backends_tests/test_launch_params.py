@@ -21,10 +21,11 @@ DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_b
     ({"speculative_algorithm": "medusa"}, "speculative_algorithm must be one of"),
     ({**DDTREE, "speculative_ddtree_budget": 4}, "budget must be >= block size - 1"),
     ({"max_running_requests": 0}, "max_running_requests must be >= 1"),
+    ({"cuda_graph_max_bs": 10**9}, "cuda_graph_max_bs must be at most 65536, got 1000000000"),
     ({**DDTREE, "speculative_ddtree_round_tokens": 0}, "_round_tokens must be >= 1, or leave"),
     ({**DDTREE, "speculative_ddtree_topk": 0}, "_topk must be >= 1, or leave it out"),
     ({**DDTREE, "speculative_ddtree_max_depth": 6}, "_max_depth must be at most block_size - 1"),
-    ({"cuda_graph_bs": [1, 0]}, "cuda_graph_bs must be batch sizes >= 1"),
+    ({"cuda_graph_bs": [1, 0]}, r"cuda_graph_bs must be batch sizes in 1\.\.65536"),
 ])
 def test_what_no_engine_can_launch_never_parses(params, message):
     with pytest.raises(InvalidParams, match=message):

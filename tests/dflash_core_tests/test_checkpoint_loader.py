@@ -545,3 +545,37 @@ def test_tied_checkpoint_with_a_copy_of_the_head_loads(tmp_path):
     save_file(weights, str(tmp_path / "model.safetensors"))
     loaded = load_target(tmp_path)
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize("shard", ["../../etc/passwd", "/etc/passwd", "sub/../../x.safetensors"])
+def test_an_index_naming_a_file_outside_the_checkpoint_is_refused(tmp_path, shard):
+    weight_map = write_sharded(_target("dense"), tmp_path / "ckpt", 2)
+    weight_map[next(iter(weight_map))] = shard
+    index = tmp_path / "ckpt" / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(CheckpointError, match=f"shard '{shard}' is not a file inside"):
+        read_weights(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("content, says", [
+    ("[1, 2, 3]", "must hold a JSON object of config fields, not a list"),
+    ('"qwen3"', "must hold a JSON object of config fields, not a str"),
+])
+def test_a_config_json_that_is_no_object_is_refused(target_dir, content, says):
+    (target_dir / "config.json").write_text(content)
+    with pytest.raises(CheckpointError, match=says):
+        load_target(target_dir)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("hidden_size", 10**9, r"hidden_size must be in 1\.\.131072, got 1000000000"),
+    ("num_hidden_layers", 10**6, r"num_hidden_layers must be in 1\.\.1024, got 1000000"),
+    ("vocab_size", 10**9, r"vocab_size must be in 1\.\.4194304"),
+    ("rope_theta", -1, "rope_theta must be a positive number, got -1"),
+    ("rms_norm_eps", 0, r"rms_norm_eps must be in \(0, 1\), got 0"),
+])
+def test_a_config_value_no_real_model_has_is_refused_before_building(target_dir, field, value,
+                                                                     says):
+    _edit_config(target_dir, lambda raw: raw.update({field: value}))
+    with pytest.raises(CheckpointError, match=says):
+        load_target(target_dir)

@@ -91,3 +91,17 @@ def test_calibrate_study_prints_the_holdout_score_and_the_repeated_launches_nois
     # c4, 1500 vs 1600 at c128) do not
     assert "one launch as the prediction of another: 6/12 level pairs within 25%" in err
     assert "c1 100-150" in err and "c128 2000-3000" in err
+
+
+def test_calibrate_study_fits_on_the_studys_own_config_and_shows_its_progress(tmp_path):
+    """./tuner.yaml now describes another node (4 GPUs, where the study's launches are TP8):
+    the fit uses the configuration the study ran with, and says how far it has come."""
+    plain = {"tp_size": 8, "speculative_algorithm": "none", "max_running_requests": 64}
+    trials = [trial(plain, level(128, 2000.0)), trial(plain, level(128, 2100.0))]
+    path = make_study(tmp_path, trials)
+    storage = load_config(path).study.storage
+    path.write_text(yaml.safe_dump({"hardware": {"gpus": 4}, "study": {"name": "other"}}))
+    run = cli("calibrate", "--study", "made", "--storage", storage, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "fitting the model's constants to 2 measured launches of study 'made'" in run.stderr
+    assert "fit starts 0/4" in run.stderr and "fit starts 4/4" in run.stderr

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from cli_helpers import cli as cli_run
+from cli_helpers import write_config
 
 import tuner.estimate
 from tuner import cli
@@ -47,3 +49,26 @@ def test_debug_shows_the_bugs_traceback(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["dflash-tune", "--debug", *ESTIMATE[1:]])
     with pytest.raises(KeyError, match="levels"):
         cli.main()
+
+
+BAD_CONSTRAINT = """name: bad
+description: a constraint that cannot be evaluated for some samples
+context: {gpus: GPUs on the node}
+params:
+  tp_size: {type: categorical, choices: [1, 2, 4, 8]}
+  dp_size: {derive: "gpus // tp_size"}
+constraints:
+  - "gpus // (tp_size - 1) > 0"
+"""
+
+
+def test_a_constraint_failing_at_sampling_time_is_one_line_without_optunas_traceback(tmp_path):
+    (tmp_path / "bad.yaml").write_text(BAD_CONSTRAINT)
+    write_config(tmp_path, search_space="bad.yaml", study={"n_trials": 6})
+    result = cli_run("run", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "failed with" not in result.stderr
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert error == ("error: bad.yaml: constraints[0]: cannot evaluate "
+                     "'gpus // (tp_size - 1) > 0': integer division or modulo by zero")
+    assert len(result.stderr.strip().splitlines()) <= 2  # that line and the progress bar

@@ -184,3 +184,69 @@ def test_measured_kernels_reach_the_model_backend_from_the_config():
     assert not default.measured_kernels and measured.measured_kernels
     assert PerfModelBackend(default).node.kernels is None
     assert PerfModelBackend(measured).node.kernels.system == "rtx_pro_6000_server"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("port", 70000, "less than or equal to 65535"),
+    ("port", 0, "greater than or equal to 1"),
+    ("host", "http://node1:8000", "must be a host name or an IP address"),
+    ("host", "node 1", "must be a host name or an IP address"),
+])
+def test_a_backend_address_no_server_can_bind_is_refused(tmp_path, key, value, says):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"backend": {key: value}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    [line] = err.value.lines
+    assert f"backend.{key}" in line and says in line
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "node-1.example.com"])
+def test_host_names_and_addresses_are_accepted(tmp_path, host):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"backend": {"host": host, "port": 30000}}))
+    assert load_config(path).backend.host == host
+
+
+def test_a_level_above_what_a_node_holds_is_refused(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"workload": {"concurrency": [1, 10**9]}}))
+    with pytest.raises(ConfigError, match=r"workload: .*concurrency levels must be in 1\.\.65536"):
+        load_config(path)
+
+
+def _fifo(tmp_path: Path) -> str:
+    os.mkfifo(tmp_path / "fifo")
+    return str(tmp_path / "fifo")
+
+
+def _big(tmp_path: Path) -> str:
+    (tmp_path / "big.yaml").write_text("# padding\n" * 200_000)
+    return str(tmp_path / "big.yaml")
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda tmp_path: "/dev/zero", "not a regular file"),
+    (_fifo, "not a regular file"),
+    (_big, "2,000,000 bytes is no tuner.yaml (at most 1,048,576)"),
+])
+def test_a_config_that_is_not_a_small_regular_file_is_one_line_at_once(tmp_path, make, says):
+    path = make(tmp_path)
+    result = cli("run", "-c", path, cwd=tmp_path, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"error: {path}: {says}; " + (
+        "point -c at the right file" if "bytes" in says else "point -c at a tuner.yaml")]
+
+
+@pytest.mark.parametrize("name, says", [
+    ("s" * 513, "at most 512 characters"),
+    ("a\x00b", "must not contain a NUL character"),
+    ("", "at least 1 character"),
+])
+def test_a_study_name_no_results_db_can_store_is_refused(tmp_path, name, says):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"study": {"name": name}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    [line] = err.value.lines
+    assert "study.name" in line and says in line

@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+
+import pytest
 
 from cli_helpers import cli
 
@@ -59,9 +62,29 @@ def test_estimate_eager_is_slower_than_graphs_at_concurrency_1(tmp_path):
     assert eager[0]["output_tok_s"] < graphs[0]["output_tok_s"]
 
 
-def test_estimate_table_format_prints_nothing_on_stdout(tmp_path):
+def test_estimate_table_format_prints_the_table_on_stdout(tmp_path):
     run = cli(*ARGS, cwd=tmp_path)
-    assert run.returncode == 0 and run.stdout == "" and "output tok/s" in run.stderr
+    assert run.returncode == 0, run.stderr
+    assert "output tok/s" in run.stdout and "c=32:" in run.stdout  # `> file` keeps it
+    assert run.stderr == ""
+
+
+def test_json_format_keeps_the_table_off_stdout(tmp_path):
+    run = cli(*ARGS, "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["levels"] and "output tok/s" in run.stderr
+
+
+@pytest.mark.parametrize("level", ["65537", "1000000000"])
+def test_a_level_no_node_can_hold_is_refused_at_once_in_one_line(tmp_path, level):
+    started = time.monotonic()
+    run = cli(*ARGS[:-1], f"1,{level}", cwd=tmp_path, timeout=30)
+    assert time.monotonic() - started < 15  # the cost does not grow with the level
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().splitlines() == [
+        f"error: --concurrency levels must be in 1..65536 (concurrent requests a node can "
+        f"hold), got {level}"]
+
 
 
 def test_estimate_with_tp_not_dividing_gpus_is_a_one_line_error(tmp_path):
@@ -88,3 +111,12 @@ def test_estimate_of_a_ddtree_with_the_defaults_prices_the_uncapped_tree(tmp_pat
     chain, _ = _levels(tmp_path, "--speculative-algorithm", "ddtree",
                        "--speculative-ddtree-topk", "1")
     assert uncapped[0]["accept_len_mean"] > chain[0]["accept_len_mean"]
+
+
+def test_a_model_config_json_that_is_no_object_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("[1, 2, 3]")
+    run = cli(*ARGS[:6], str(tmp_path / "config.json"), *ARGS[7:], cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'config.json'}: must hold a JSON object of config fields, not a "
+        "list"]

@@ -81,3 +81,30 @@ def test_generate_refuses_a_tree_or_context_the_engine_cannot_allocate(checkpoin
               cwd=tmp_path, timeout=60)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert message in run.stderr
+
+
+
+def _damaged_target(checkpoints: Path, folder: Path, name: str, content: str) -> Path:
+    target = folder / "target"
+    shutil.copytree(checkpoints / "target", target)
+    (target / name).write_text(content)
+    return target
+
+
+@pytest.mark.parametrize("name, content, args, says", [
+    ("tokenizer.json", "not a tokenizer at all", ["--prompt", "hello"],
+     "tokenizer.json is not a tokenizer the `tokenizers` package reads ("),
+    ("tokenizer.json", '{"model": 3}', ["--prompt", "hello"],
+     "tokenizer.json is not a tokenizer the `tokenizers` package reads ("),
+    ("config.json", "[1, 2]", ["--prompt-ids", "1,2"],
+     "config.json must hold a JSON object of config fields, not a list"),
+    ("config.json", "{truncated", ["--prompt-ids", "1,2"], "config.json is not valid JSON"),
+])
+def test_generate_refuses_a_checkpoint_file_it_cannot_read_in_one_line(checkpoints, tmp_path,
+                                                                       name, content, args,
+                                                                       says):
+    target = _damaged_target(checkpoints, tmp_path, name, content)
+    run = cli("generate", "--target", str(target), *args, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"error: {target}/{says}")

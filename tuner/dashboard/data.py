@@ -75,10 +75,7 @@ class StudyData:
 
 def load_study_data(storage_url: str, study: str) -> StudyData:
     """Read one study; NoResultError when the DB or the study does not exist."""
-    missing = records.missing_sqlite_file(storage_url)
-    if missing:
-        raise NoResultError(f"no results DB at {missing}; run `dflash-tune run` first")
-    engine = records.connect(storage_url)
+    engine = records.open_results(storage_url)
     try:
         stored = records.load_study_config(engine, study)
         trial_records = records.load_trials(engine, study)

@@ -75,7 +75,7 @@ def _unwritable(out: Path, err: OSError) -> UsageError:
 
 def build_report(storage_url: str, study_name: str, refresh_s: int | None = None) -> str:
     data = load_study_data(storage_url, study_name)
-    engine = records.connect(storage_url)
+    engine = records.open_results(storage_url)
     try:
         imp = param_importance(engine, storage_url, study_name)
         history = load_nightly(engine, study_name)

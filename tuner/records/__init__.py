@@ -16,10 +16,12 @@ from tuner.records.study import study_names
 from tuner.records.tables import connect
 from tuner.records.tables import measurements
 from tuner.records.tables import missing_sqlite_file
+from tuner.records.tables import open_results
 from tuner.records.tables import studies
 from tuner.records.tables import trials
 from tuner.records.tables import winners
 
 __all__ = ["GATES_PASSED", "TrialRecord", "connect", "load_study_config", "load_trials",
-           "load_winner", "measurements", "missing_sqlite_file", "save_study_config",
+           "load_winner", "measurements", "missing_sqlite_file", "open_results",
+           "save_study_config",
            "save_trial", "save_winner", "studies", "study_names", "trials", "winners"]

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from backends import Measurement
 from tuner.records.serialize import measurement_fields
+from tuner.records.serialize import storable_text
 from tuner.records.tables import connect  # noqa: F401  (re-exported: what a nightly run opens)
 from tuner.records.tables import nightly_repeats as repeats
 from tuner.records.tables import nightly_runs as runs
@@ -69,7 +70,7 @@ def save_repeat(db: sa.Engine, run_id: int, study: str, probe: Probe, repeat: in
 def finish_run(db: sa.Engine, run_id: int, status: str, message: str, **numbers: Any) -> None:
     with db.begin() as conn:
         conn.execute(runs.update().where(runs.c.id == run_id).values(
-            status=status, message=message, finished_at=now(), **numbers))
+            status=status, message=storable_text(message), finished_at=now(), **numbers))
 
 
 def open_runs(db: sa.Engine, study: str) -> list[OpenRun]:

@@ -16,6 +16,12 @@ from tuner.records.tables import METRICS
 LOG_CHARS = 2000  # the end of a log says why it failed; more only bloats the DB
 
 
+def storable_text(text: str) -> str:
+    """``text`` as every DB stores it: PostgreSQL refuses a NUL character in a text column (a
+    server's log may hold one), so each becomes U+FFFD."""
+    return text.replace("\x00", "\ufffd")
+
+
 def measurement_fields(m: Measurement) -> dict[str, Any]:
     """Every field of ``m``, JSON-ready (the failure class as its value)."""
     fields = m.to_dict()

@@ -18,6 +18,12 @@ from backends import LaunchParams
 from backends import Measurement
 from tuner.records.serialize import measurement_row
 from tuner.records.serialize import row_metrics
+from tuner.records.serialize import storable_text
+from tuner.records.stored import json_value
+from tuner.records.stored import numbers
+from tuner.records.stored import reading
+from tuner.records.tables import METRICS
+from tuner.records.tables import has_table
 from tuner.records.tables import measurements
 from tuner.records.tables import now
 from tuner.records.tables import studies
@@ -57,13 +63,13 @@ def save_study_config(engine: sa.Engine, name: str, config: dict[str, Any]) -> N
 
 
 def load_study_config(engine: sa.Engine, name: str) -> dict[str, Any] | None:
-    with engine.connect() as conn:
-        raw = conn.execute(sa.select(studies.c.config_json).where(studies.c.name == name)).scalar()
-    return json.loads(raw) if raw else None
+    with reading(engine), engine.connect() as conn:
+        row = conn.execute(sa.select(studies.c.config_json).where(studies.c.name == name)).first()
+    return row and json_value(engine, studies, f"study {name!r}", row._mapping, "config_json")
 
 
 def study_names(engine: sa.Engine) -> list[str]:
-    with engine.connect() as conn:
+    with reading(engine), engine.connect() as conn:
         return list(conn.execute(sa.select(studies.c.name).order_by(studies.c.name)).scalars())
 
 
@@ -74,11 +80,14 @@ def save_winner(engine: sa.Engine, study: str, params: dict[str, Any]) -> None:
 
 
 def load_winner(engine: sa.Engine, study: str) -> dict[str, Any] | None:
+    if not has_table(engine, winners):
+        return None
     query = (sa.select(winners.c.params_json).where(winners.c.study == study)
              .order_by(winners.c.id.desc()).limit(1))
-    with engine.connect() as conn:
-        row = conn.execute(query).scalar()
-    return stored_params(json.loads(row)) if row else None
+    with reading(engine), engine.connect() as conn:
+        row = conn.execute(query).first()
+    params = row and json_value(engine, winners, f"study {study!r}", row._mapping, "params_json")
+    return stored_params(params) if params else None
 
 
 def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
@@ -87,8 +96,8 @@ def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
         "study": study, "trial_number": record.trial_number, "backend": record.backend,
         "params_json": json.dumps(record.params, sort_keys=True), "status": record.status,
         "measured": record.measured,
-        "command": record.command, "env_json": json.dumps(record.env),
-        "log_excerpt": record.log_excerpt, "created_at": now(),
+        "command": storable_text(record.command), "env_json": json.dumps(record.env),
+        "log_excerpt": storable_text(record.log_excerpt), "created_at": now(),
     }
     with engine.begin() as conn:
         conn.execute(trials.insert().values(**trial_row))
@@ -98,24 +107,35 @@ def save_trial(engine: sa.Engine, study: str, record: TrialRecord,
 
 
 def load_trials(engine: sa.Engine, study: str) -> list[TrialRecord]:
-    with engine.connect() as conn:
+    with reading(engine), engine.connect() as conn:
         trial_rows = conn.execute(sa.select(trials).where(trials.c.study == study)
                                   .order_by(trials.c.trial_number)).mappings().all()
         m_rows = conn.execute(sa.select(measurements)
                               .where(measurements.c.study == study)).mappings().all()
     by_trial: dict[int, dict[int, dict[str, Any]]] = {}
     for m in m_rows:
-        by_trial.setdefault(m["trial_number"], {})[m["concurrency"]] = row_metrics(m)
-    return [_trial(t, by_trial.get(t["trial_number"], {})) for t in trial_rows]
+        by_trial.setdefault(m["trial_number"], {})[m["concurrency"]] = _level(engine, study, m)
+    return [_trial(engine, study, t, by_trial.get(t["trial_number"], {})) for t in trial_rows]
 
 
-def _trial(row: Any, levels: dict[int, dict[str, Any]]) -> TrialRecord:
-    params = stored_params(json.loads(row["params_json"]))
+def _level(engine: sa.Engine, study: str, row: Any) -> dict[str, Any]:
+    where = f"study {study!r}, trial {row['trial_number']}, concurrency {row['concurrency']}"
+    numbers(engine, measurements, where, row, ("trial_number", "concurrency", *METRICS))
+    json_value(engine, measurements, where, row, "breakdown_json")
+    json_value(engine, measurements, where, row, "accept_len_hist_json", list)
+    return row_metrics(row)
+
+
+def _trial(engine: sa.Engine, study: str, row: Any, levels: dict[int, dict[str, Any]]
+           ) -> TrialRecord:
+    where = f"study {study!r}, trial {row['trial_number']}"
+    numbers(engine, trials, where, row, ("trial_number",))
+    params = stored_params(json_value(engine, trials, where, row, "params_json"))
     return TrialRecord(
         trial_number=row["trial_number"], backend=row["backend"], params=params,
         status=row["status"], measured=row["measured"], command=row["command"],
-        env=json.loads(row["env_json"]), log_excerpt=row["log_excerpt"], measurements=levels,
-        launch=parse(params)[0])
+        env=json_value(engine, trials, where, row, "env_json"), log_excerpt=row["log_excerpt"],
+        measurements=levels, launch=parse(params)[0])
 
 
 def stored_params(params: dict[str, Any]) -> dict[str, Any]:

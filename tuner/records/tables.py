@@ -1,7 +1,9 @@
 """Every table of ours, beside Optuna's in the same database, on one ``MetaData``.
 
 Users keep results DBs for years: a table or column here is renamed or retyped only with a
-migration. ``connect`` creates whatever is missing, so every reader sees every table.
+migration. ``connect`` (for commands that write: ``run``, ``nightly``) creates whatever is
+missing; ``open_results`` (for commands that only read) creates nothing and refuses a DB that
+holds none of our tables, and a table added since a DB was written reads as empty.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tuner.errors import NoResultError
+from tuner.errors import StorageError
+from tuner.storage import shown_url
 from tuner.storage import storage_errors
 
 metadata = sa.MetaData()
@@ -128,13 +133,39 @@ def missing_sqlite_file(url: str) -> str | None:
 def connect(url: str) -> sa.Engine:
     """Engine for ``url`` with every table created; SQLite waits on locks instead of failing.
     A DB that cannot be opened or written raises a one-line ``StorageError``."""
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 60}
     with storage_errors(url):
-        engine = sa.create_engine(url, **kwargs)
+        engine = sa.create_engine(url, **_connect_args(url))
         metadata.create_all(engine)
     return engine
+
+
+def open_results(url: str) -> sa.Engine:
+    """Engine for reading the results DB at ``url``; it writes nothing, not even a table.
+    NoResultError when there is no DB file yet, StorageError when the DB holds no study of
+    ours (another program's file)."""
+    missing = missing_sqlite_file(url)
+    if missing:
+        raise NoResultError(f"no results DB at {missing}; run `dflash-tune run` first")
+    with storage_errors(url):
+        engine = sa.create_engine(url, **_connect_args(url))
+        found = set(sa.inspect(engine).get_table_names())
+    core = {studies.name, trials.name, measurements.name}
+    if not core <= found:
+        engine.dispose()
+        raise StorageError(f"storage {shown_url(url)} is not a dflash-tune results DB (it has "
+                           f"no {', '.join(sorted(core - found))} table); point --storage at "
+                           "the DB `dflash-tune run` wrote")
+    return engine
+
+
+def has_table(engine: sa.Engine, table: sa.Table) -> bool:
+    """Whether ``table`` exists: one added after the DB was written by an older version does
+    not, and a reader takes it as empty."""
+    return sa.inspect(engine).has_table(table.name)
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
 
 
 def now() -> datetime:
