@@ -268,8 +268,8 @@ class LaunchParams:
         return " ".join(parts + self._collective_labels())
 
     def _collective_labels(self) -> list[str]:
-        """'nccl-ar NCCL_PROTO=LL', naming only what is set away from the engine's default."""
-        parts = ["nccl-ar"] if self.disable_custom_all_reduce else []
+        """'no-custom-ar NCCL_PROTO=LL': only what is set away from the engine's default."""
+        parts = ["no-custom-ar"] if self.disable_custom_all_reduce else []
         return parts + [f"{name.upper()}={getattr(self, name)}"
                         for name in ("nccl_proto", "nccl_p2p_level") if getattr(self, name)]
 

@@ -101,4 +101,4 @@ def test_the_model_prices_measured_only_knobs_at_their_defaults():
     assert set(lp.non_default()) - {"tp_size", "dp_size"} == MEASURED_ONLY
     assert lp.priced() == LaunchParams(tp_size=4, dp_size=2)
     assert "DCP2" in lp.label() and lp.label().endswith(
-        "nccl-ar NCCL_PROTO=LL128 NCCL_P2P_LEVEL=LOC")
+        "no-custom-ar NCCL_PROTO=LL128 NCCL_P2P_LEVEL=LOC")

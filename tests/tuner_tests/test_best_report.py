@@ -157,3 +157,16 @@ def test_predicted_only_lists_the_values_no_real_engine_ran():
                                                 "speculative_dflash_block_size": 4}
     assert _predicted_only(ran, trials) == {}
     assert _predicted_only(guessed, trials[1:]) == {}  # nothing measured: a model study
+
+
+def test_vllm_flags_carry_the_graph_mode_its_dflash_runs_with(tmp_path):
+    full = _dflash(8, 128)  # vLLM's default graph mode: refused with DFlash
+    piecewise = _dflash(6, 128, cudagraph_mode="PIECEWISE")
+    make_study(tmp_path, [trial(PLAIN, level(128, 250.0, tpot=25.0)),
+                          trial(full, level(128, 900.0, tpot=25.0)),
+                          trial(piecewise, level(128, 700.0, tpot=25.0))])
+    result = cli("best", "--emit-flags", "--backend", "vllm", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    graphs = json.loads(argv[argv.index("--compilation-config") + 1])
+    assert argv[:2] == ["vllm", "serve"] and graphs["cudagraph_mode"] == "PIECEWISE"

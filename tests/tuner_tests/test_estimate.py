@@ -88,3 +88,11 @@ def test_estimate_of_a_ddtree_with_the_defaults_prices_the_uncapped_tree(tmp_pat
     chain, _ = _levels(tmp_path, "--speculative-algorithm", "ddtree",
                        "--speculative-ddtree-topk", "1")
     assert uncapped[0]["accept_len_mean"] > chain[0]["accept_len_mean"]
+
+
+def test_estimate_says_which_knobs_it_prices_at_their_defaults(tmp_path):
+    plain, quiet = _levels(tmp_path)
+    tuned, said = _levels(tmp_path, "--nccl-proto", "LL128", "--disable-custom-all-reduce")
+    assert [lv["output_tok_s"] for lv in tuned] == [lv["output_tok_s"] for lv in plain]
+    assert "measured only: disable_custom_all_reduce, nccl_proto" in said
+    assert "measured only" not in quiet
