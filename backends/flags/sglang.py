@@ -7,9 +7,9 @@ like the parameter it renames. Keys:
   model_path, trust_remote_code, tp_size, dp_size, ep_size, enable_dp_attention (<= 0.5.21),
   attn_dp_size, enable_dp_lm_head (>= 0.5.22), speculative_algorithm,
   speculative_draft_model_path, speculative_num_draft_tokens, speculative_ddtree_budget,
-  disable_custom_all_reduce, mem_fraction_static, max_running_requests, cuda_graph_max_bs, cuda_graph_bs,
-  disable_cuda_graph (<= 0.5.13), cuda_graph_backend_decode, cuda_graph_backend_prefill
-  (>= 0.5.14), context_length, host, port.
+  disable_custom_all_reduce, mem_fraction_static, max_running_requests, cuda_graph_max_bs,
+  cuda_graph_bs, disable_cuda_graph (<= 0.5.13), cuda_graph_backend_decode,
+  cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
 
 DDTree is not in any release; it is rendered with the spelling of the open PR #29907 branch.
 NCCL_PROTO and NCCL_P2P_LEVEL go in the environment (``render_env``).
@@ -39,7 +39,8 @@ _COMMON = {
     "speculative_draft_model_path": "--speculative-draft-model-path",
     "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
     "speculative_ddtree_budget": "--speculative-ddtree-budget",  # PR #29907 branch only
-    # In every 0.5.x server_args; the custom kernel needs peer-to-peer access between the GPUs.
+    # A server_args switch of long standing ("fall back to NCCL"); the custom kernel needs
+    # peer-to-peer access between the GPUs to be fast.
     "disable_custom_all_reduce": "--disable-custom-all-reduce",
     "mem_fraction_static": "--mem-fraction-static",
     "max_running_requests": "--max-running-requests",
@@ -67,7 +68,7 @@ _ATTN_DP_UNTIL_0_5_21 = {
 }
 _ATTN_DP_FROM_0_5_22 = {
     "attn_dp_size": "--attn-dp-size",
-    "enable_dp_lm_head": "--enable-dp-lm-head",  # required for DFLASH + attention DP
+    "enable_dp_lm_head": "--enable-dp-lm-head",  # the LM head split over the attention-DP group
 }
 
 # vLLM's knobs with no SGLang flag. SGLang's context parallelism (--attn-cp-size) splits the

@@ -26,8 +26,8 @@ _FLAGS = {
     "tensor_parallel_size": "--tensor-parallel-size",
     "data_parallel_size": "--data-parallel-size",
     "enable_expert_parallel": "--enable-expert-parallel",
-    # Both since before 0.30 (DCP since 0.10.2); vLLM also turns its custom all-reduce off by
-    # itself above 2 GPUs without full NVLink (RFC #56128).
+    # Both in vLLM's engine arguments (notes §2.3; DCP's alias is -dcp). vLLM also turns its
+    # custom all-reduce off by itself above 2 GPUs without full NVLink (RFC #56128).
     "decode_context_parallel_size": "--decode-context-parallel-size",
     "disable_custom_all_reduce": "--disable-custom-all-reduce",
     "speculative_config": "--speculative-config",

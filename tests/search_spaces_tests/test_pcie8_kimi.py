@@ -21,7 +21,8 @@ from test_space import sample
 CONTEXT = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8, "engine": "sglang",
            "measured": False, "max_concurrency": 256}
 COLLECTIVES = {"disable_custom_all_reduce": [False, True],
-               "nccl_proto": [None, "LL", "LL128", "Simple"], "nccl_p2p_level": [None, "LOC", "SYS"]}
+               "nccl_proto": [None, "LL", "LL128", "Simple"],
+               "nccl_p2p_level": [None, "LOC", "SYS"]}
 KNOWN = {f.name for f in fields(LaunchParams)}
 RUNNING_CHOICES = [16, 32, 48, 64, 128, 256]
 
