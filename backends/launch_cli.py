@@ -25,7 +25,8 @@ from backends.launch_params import LaunchParams
 # Spellings users have in scripts from before the tuning names, kept as aliases.
 OLD_SPELLINGS = {"tp_size": ("--tp",), "ep_size": ("--ep",), "cuda_graph": ("--cuda-graphs",)}
 _FIELDS = {f.name: f for f in fields(LaunchParams)}
-_TYPES = {"int | None": int, "int": int, "float": float, "str": str, "bool": bool,
+_TYPES = {"int | None": int, "int": int, "float": float, "str": str, "str | None": str,
+          "bool": bool,
           "tuple[int, ...] | None": str}  # a list of ints is given as "1,2,4"
 
 

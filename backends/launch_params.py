@@ -22,12 +22,21 @@ from dflash_core.speculation.spec import (Spec, budget_at_rows, check_tree_caps,
                                           tree_shape)
 
 GRAPH_LADDERS = ("pow2", "dense")
+# vLLM's --compilation-config cudagraph_mode values we tune (its default first).
+CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE", "PIECEWISE", "NONE")
+# NCCL's values, as its environment-variable documentation spells them (None: NCCL chooses).
+NCCL_PROTOS = ("LL", "LL128", "Simple")
+NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")  # LOC: peer-to-peer off
 # The knobs a running engine could switch (everything else is fixed by the launch), in the
 # order they depend on each other: the method, its block, then the tree's shape.
 SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
                      "speculative_ddtree_budget", "speculative_ddtree_topk",
                      "speculative_ddtree_max_depth", "speculative_ddtree_round_tokens",
                      "speculative_ddtree_spine")
+# The knobs the performance model cannot price: it predicts a configuration as if they were at
+# their defaults (`LaunchParams.priced`), so only a measurement on the engine can tell them apart.
+MEASURED_ONLY = frozenset({"disable_custom_all_reduce", "nccl_proto", "nccl_p2p_level",
+                           "decode_context_parallel_size", "cudagraph_mode"})
 # What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
 _ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float),
            "tuple[int, ...]": (tuple,)}
@@ -50,6 +59,17 @@ class LaunchParams:
     ep_size: int = _knob(1, "Expert groups among the tp ranks (divides tp_size): routed experts "
                             "split over them.")
     enable_dp_attention: bool = _knob(False, "Attention data-parallel over the tp group.")
+    decode_context_parallel_size: int = _knob(
+        1, "Ranks of the tp group the decode KV cache is split over by context (divides "
+           "tp_size); more KV capacity, an extra collective a layer (vLLM).")
+    disable_custom_all_reduce: bool = _knob(
+        False, "Use NCCL instead of the engine's custom all-reduce kernel (which needs "
+               "peer-to-peer access between the GPUs to be fast).")
+    nccl_proto: str | None = _knob(None, "NCCL_PROTO for the launch: LL, LL128 or Simple "
+                                         "(default: unset, NCCL chooses).")
+    nccl_p2p_level: str | None = _knob(
+        None, "NCCL_P2P_LEVEL for the launch: LOC (peer-to-peer off), NVL, PIX, PXB, PHB or SYS "
+              "(default: unset, NCCL chooses from the topology).")
     speculative_algorithm: str = _knob("none", "Speculation method: none, dflash or ddtree.")
     # SGLang's meaning of the block size; vLLM's num_speculative_tokens is this minus one.
     speculative_dflash_block_size: int = _knob(8, "DFlash block: tokens verified per round, "
@@ -68,6 +88,9 @@ class LaunchParams:
     speculative_ddtree_spine: bool = _knob(False, "DDTree: the greedy chain goes in first (never "
                                                   "accepts less than DFlash; our engine only).")
     cuda_graph: bool = _knob(True, "Capture decode steps as CUDA graphs.")
+    cudagraph_mode: str = _knob(CUDAGRAPH_MODES[0], "vLLM's CUDA-graph mode with graphs on: "
+                                                    "FULL_AND_PIECEWISE, PIECEWISE or NONE "
+                                                    "(compiled, no graphs).")
     cuda_graph_max_bs: int = _knob(32, "Largest decode batch captured as a graph.")
     cuda_graph_bs_ladder: str = _knob("dense", "Captured batch sizes below the max: pow2 or "
                                                "dense (1, 2, 4, then every 8).")
@@ -105,16 +128,18 @@ class LaunchParams:
     def _check_values(self) -> None:
         if self.speculative_algorithm not in SPECULATIVE_ALGORITHMS:
             raise InvalidParams(f"speculative_algorithm must be one of {SPECULATIVE_ALGORITHMS}")
-        if self.cuda_graph_bs_ladder not in GRAPH_LADDERS:
-            raise InvalidParams(f"cuda_graph_bs_ladder must be one of {GRAPH_LADDERS}")
-        for name in ("tp_size", "dp_size", "ep_size", "max_running_requests", "cuda_graph_max_bs"):
+        self._check_choices()
+        for name in ("tp_size", "dp_size", "ep_size", "decode_context_parallel_size",
+                     "max_running_requests", "cuda_graph_max_bs"):
             if getattr(self, name) < 1:
                 raise InvalidParams(f"{name} must be >= 1")
         if self.cuda_graph_max_bs > MAX_CONCURRENCY:  # its ladder of sizes grows with it
             raise InvalidParams(f"cuda_graph_max_bs must be at most {MAX_CONCURRENCY}, "
                                 f"got {self.cuda_graph_max_bs}")
-        if self.tp_size % self.ep_size:
-            raise InvalidParams(f"ep_size {self.ep_size} must divide tp_size {self.tp_size}")
+        for name in ("ep_size", "decode_context_parallel_size"):
+            if self.tp_size % getattr(self, name):
+                raise InvalidParams(f"{name} {getattr(self, name)} must divide tp_size "
+                                    f"{self.tp_size}")
         if self.speculative and self.speculative_dflash_block_size < 2:
             raise InvalidParams("speculative_dflash_block_size must be >= 2")
         if self.is_ddtree and self.speculative_ddtree_budget < min_ddtree_budget(
@@ -127,8 +152,19 @@ class LaunchParams:
                 type(b) is int and 1 <= b <= MAX_CONCURRENCY for b in sizes)):
             raise InvalidParams(f"cuda_graph_bs must be batch sizes in 1..{MAX_CONCURRENCY}, "
                                 f"got {sizes}")
+        if not self.cuda_graph and self.cudagraph_mode != CUDAGRAPH_MODES[0]:
+            raise InvalidParams(f"cudagraph_mode={self.cudagraph_mode} needs cuda_graph on "
+                                "(cuda_graph off is eager: no graphs, no compilation)")
         if not 0.0 < self.mem_fraction_static < 1.0:
             raise InvalidParams("mem_fraction_static must be in (0, 1)")
+
+    def _check_choices(self) -> None:
+        for name, choices in (("cuda_graph_bs_ladder", GRAPH_LADDERS),
+                              ("cudagraph_mode", CUDAGRAPH_MODES),
+                              ("nccl_proto", (None, *NCCL_PROTOS)),
+                              ("nccl_p2p_level", (None, *NCCL_P2P_LEVELS))):
+            if getattr(self, name) not in choices:
+                raise InvalidParams(f"{name} must be one of {choices}")
 
     def _check_tree_caps(self) -> None:
         try:
@@ -138,6 +174,17 @@ class LaunchParams:
         except ValueError as error:  # the engine's names, without the tuning prefix
             raise InvalidParams("speculative_ddtree_" + str(error).replace(
                 "None for no cap", "leave it out (null) for no cap")) from None
+
+    def priced(self) -> LaunchParams:
+        """These parameters as the performance model prices them: the knobs it cannot price
+        (MEASURED_ONLY) at their defaults."""
+        return replace(self, **{f.name: f.default for f in fields(self)
+                                if f.name in MEASURED_ONLY})
+
+    def non_default(self) -> dict[str, Any]:
+        """The knobs set away from a plain launch's default, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != f.default}
 
     @property
     def gpus(self) -> int:
@@ -210,6 +257,8 @@ class LaunchParams:
             parts.append(f"EP{self.ep_size}")
         if self.enable_dp_attention:
             parts.append("attnDP")
+        if self.decode_context_parallel_size > 1:
+            parts.append(f"DCP{self.decode_context_parallel_size}")
         if self.is_ddtree:
             parts.append(f"ddtree b{self.speculative_dflash_block_size} "
                          f"B{self.speculative_ddtree_budget} k{self.tree_width} "
@@ -219,8 +268,16 @@ class LaunchParams:
         else:
             parts.append("plain")
         parts.append(f"graphs<={max(self.capture_batch_sizes)}" if self.cuda_graph else "eager")
+        if self.cudagraph_mode != CUDAGRAPH_MODES[0]:
+            parts.append(self.cudagraph_mode.lower())
         parts.append(f"run{self.max_running_requests} mem{self.mem_fraction_static:g}")
-        return " ".join(parts)
+        return " ".join(parts + self._collective_labels())
+
+    def _collective_labels(self) -> list[str]:
+        """'no-custom-ar NCCL_PROTO=LL': only what is set away from the engine's default."""
+        parts = ["no-custom-ar"] if self.disable_custom_all_reduce else []
+        return parts + [f"{name.upper()}={getattr(self, name)}"
+                        for name in ("nccl_proto", "nccl_p2p_level") if getattr(self, name)]
 
     @property
     def round_label(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from backends.flags import experimental_note
 from backends.flags import render_command
 from backends.flags import render_env
 from backends.flags import render_shell
+from backends.launch_params import MEASURED_ONLY
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from pydantic import ValidationError
@@ -101,6 +103,21 @@ class BestResult:
     warnings: list[str]
     hardware: str = ""  # "8x rtx-pro-6000-server", as the study ran
     top: int = DEFAULT_TOP
+    # The chosen launch's knobs away from their defaults that the model cannot price, and those
+    # at values no real engine ran in the study (only predicted; empty in a model-only study).
+    measured_only: dict[str, Any] = field(default_factory=dict)
+    predicted_only: dict[str, Any] = field(default_factory=dict)
+
+    def evidence(self) -> list[str]:
+        """One line each for the chosen launch's measured-only and predicted-only knobs."""
+        lines = []
+        if self.measured_only:
+            lines.append(f"measured only: {_knobs(self.measured_only)} (the performance model "
+                         "prices them at their defaults)")
+        if self.predicted_only:
+            lines.append(f"predicted only: {_knobs(self.predicted_only)} (no real engine ran "
+                         "these values in this study)")
+        return lines
 
     def view(self, c: Candidate) -> dict[str, Any]:
         """One candidate's metrics at the level its throughput was read at."""
@@ -143,6 +160,7 @@ class BestResult:
             "metrics": self.view(self.chosen),
             "front": [self.view(c) for c in self.front[:self.top]],
             "warnings": self.warnings,
+            "measured_only": self.measured_only, "predicted_only": self.predicted_only,
         }
 
 
@@ -169,7 +187,28 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       trials=trials, ranking=ranking,
                       plain=_plain_by_layout(trials, limits),
                       warnings=_warnings(chosen, limits, w.output_len),
-                      hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top)
+                      hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
+                      measured_only=_measured_only(lp), predicted_only=_predicted_only(lp, trials))
+
+
+def _measured_only(launch: LaunchParams | None) -> dict[str, Any]:
+    chosen = launch.non_default() if launch else {}
+    return {k: v for k, v in chosen.items() if k in MEASURED_ONLY}
+
+
+def _predicted_only(launch: LaunchParams | None, trials: list[TrialRecord]) -> dict[str, Any]:
+    """``launch``'s non-default knobs at values no trial measured on a real engine ran with;
+    empty when no trial was measured at all (a study of the model)."""
+    ran = [t.launch for t in trials if t.ok and t.launch is not None and any(
+        not row.get("predicted", True) for row in t.measurements.values())]
+    if launch is None or not ran:
+        return {}
+    seen = {item for lp in ran for item in lp.non_default().items()}
+    return {k: v for k, v in launch.non_default().items() if (k, v) not in seen}
+
+
+def _knobs(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
 def open_records(storage: str, name: str) -> tuple[Any, dict[str, Any]]:

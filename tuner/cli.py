@@ -130,6 +130,8 @@ def best(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt =
     else:
         for warning in result.warnings:
             render.note(f"warning: {warning}", "yellow")
+        for line in result.evidence():
+            render.note(line, "yellow")
     if result.experimental:
         render.note(result.experimental, "yellow")
     render.emit(format_command(result, fmt.value) if emit_flags

@@ -43,6 +43,8 @@ def show_best(result: BestResult) -> None:
                 "the concurrency")
     for warning in result.warnings:
         render.note(f"warning: {warning}", "yellow")
+    for line in result.evidence():
+        render.note(line, "yellow")
 
 
 def _row(result: BestResult, c: Any, noisy: bool) -> tuple:

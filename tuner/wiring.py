@@ -94,11 +94,18 @@ def space_context(cfg: Config) -> dict[str, Any]:
     """Names a search space's expressions may use about this deployment."""
     from backends.perf_model.catalog import load_model
 
+    from tuner.config_checks import MEASURED
+
     model = load_model(cfg.model.name)
     return {
         "gpus": cfg.hardware.gpus,
         "num_experts": model.num_experts,
         "drafter_block_size": cfg.drafter.block_size if cfg.drafter else 1,
+        "engine": cfg.backend.engine,
+        # A real engine runs the trials: knobs only a measurement can tell apart are worth
+        # asking about (the model prices them at their defaults).
+        "measured": cfg.backend.name in MEASURED,
+        "max_concurrency": max(cfg.workload.concurrency),
     }
 
 

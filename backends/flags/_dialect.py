@@ -160,6 +160,22 @@ def fraction(value: float) -> str:
     return repr(round(value, 3))
 
 
+def refuse_knobs(params: LaunchParams, label: str, why: Mapping[str, str]) -> None:
+    """UnsupportedParams for the first knob of ``why`` (name -> reason) that ``params`` sets
+    away from its default: an engine never drops a knob it cannot express."""
+    chosen = params.non_default()
+    for name, reason in why.items():
+        if name in chosen:
+            raise UnsupportedParams(f"{label} cannot express {name}={chosen[name]!r}: {reason}")
+
+
+def nccl_env(params: LaunchParams) -> dict[str, str]:
+    """NCCL's variables for the launch's collectives (every engine here runs them on NCCL);
+    a knob left at None leaves its variable to NCCL."""
+    env = {"NCCL_PROTO": params.nccl_proto, "NCCL_P2P_LEVEL": params.nccl_p2p_level}
+    return {name: value for name, value in env.items() if value is not None}
+
+
 def require_drafter(params: LaunchParams, target: LaunchTarget, label: str) -> str:
     if target.drafter_path is None:
         raise UnsupportedParams(

@@ -15,6 +15,8 @@ from backends.flags._dialect import (
     FlagTable,
     LaunchTarget,
     UnsupportedParams,
+    nccl_env,
+    refuse_knobs,
     require_drafter,
 )
 from backends.flags._versions import VersionRange
@@ -73,13 +75,25 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
 
 
 def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
-    return {}
+    """Serve's ranks all-reduce over NCCL on CUDA (gloo on CPU, which ignores these)."""
+    return nccl_env(params)
+
+
+# SGLang's and vLLM's knobs serve has no counterpart for.
+_NOT_SERVE = {
+    "disable_custom_all_reduce": "serve has no custom all-reduce; its ranks all-reduce with "
+                                 "torch.distributed (NCCL) already",
+    "decode_context_parallel_size": "serve keeps each request's KV cache whole on every rank",
+    "cudagraph_mode": "it is vLLM's compilation setting; serve's graphs are cuda_graph and "
+                      "cuda_graph_bs",
+}
 
 
 def _check_supported(params: LaunchParams, label: str) -> None:
     if params.dp_size > 1 or params.enable_dp_attention:
         raise UnsupportedParams(
             f"{label} has no data parallelism: dp_size must be 1 and enable_dp_attention off")
+    refuse_knobs(params, label, _NOT_SERVE)
 
 
 def label(params: LaunchParams) -> str:
@@ -93,7 +107,8 @@ def label(params: LaunchParams) -> str:
     graphs = f"graphs<={max(params.capture_batch_sizes)}" if params.cuda_graph else "eager"
     layout = (f"TP{params.tp_size} " if params.tp_size > 1 else "") + (
         f"EP{params.ep_size} " if params.ep_size > 1 else "")
-    return f"{layout}{method} {graphs} run{params.max_running_requests}"
+    nccl = "".join(f" {k}={v}" for k, v in sorted(nccl_env(params).items()))
+    return f"{layout}{method} {graphs} run{params.max_running_requests}{nccl}"
 
 
 # DEFAULT_PORT is serve's own --port default (backends/dflash_server/cli.py).

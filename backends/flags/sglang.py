@@ -7,11 +7,12 @@ like the parameter it renames. Keys:
   model_path, trust_remote_code, tp_size, dp_size, ep_size, enable_dp_attention (<= 0.5.21),
   attn_dp_size, enable_dp_lm_head (>= 0.5.22), speculative_algorithm,
   speculative_draft_model_path, speculative_num_draft_tokens, speculative_ddtree_budget,
-  mem_fraction_static, max_running_requests, cuda_graph_max_bs, cuda_graph_bs,
-  disable_cuda_graph (<= 0.5.13), cuda_graph_backend_decode, cuda_graph_backend_prefill
-  (>= 0.5.14), context_length, host, port.
+  disable_custom_all_reduce, mem_fraction_static, max_running_requests, cuda_graph_max_bs,
+  cuda_graph_bs, disable_cuda_graph (<= 0.5.13), cuda_graph_backend_decode,
+  cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
 
 DDTree is not in any release; it is rendered with the spelling of the open PR #29907 branch.
+NCCL_PROTO and NCCL_P2P_LEVEL go in the environment (``render_env``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from backends.flags._dialect import FlagTable
 from backends.flags._dialect import LaunchTarget
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import fraction
+from backends.flags._dialect import nccl_env
+from backends.flags._dialect import refuse_knobs
 from backends.flags._dialect import require_drafter
 from backends.flags._versions import VersionRange
 from backends.launch_params import LaunchParams
@@ -36,6 +39,9 @@ _COMMON = {
     "speculative_draft_model_path": "--speculative-draft-model-path",
     "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
     "speculative_ddtree_budget": "--speculative-ddtree-budget",  # PR #29907 branch only
+    # A server_args switch of long standing ("fall back to NCCL"); the custom kernel needs
+    # peer-to-peer access between the GPUs to be fast.
+    "disable_custom_all_reduce": "--disable-custom-all-reduce",
     "mem_fraction_static": "--mem-fraction-static",
     "max_running_requests": "--max-running-requests",
     "context_length": "--context-length",
@@ -62,11 +68,17 @@ _ATTN_DP_UNTIL_0_5_21 = {
 }
 _ATTN_DP_FROM_0_5_22 = {
     "attn_dp_size": "--attn-dp-size",
-    "enable_dp_lm_head": "--enable-dp-lm-head",  # required for DFLASH + attention DP
+    "enable_dp_lm_head": "--enable-dp-lm-head",  # the LM head split over the attention-DP group
 }
 
-# DFLASH (and the DDTree branch built on it) with attention DP is rejected on CUDA before 0.5.23.
-SPEC_WITH_ATTN_DP = "spec_with_attn_dp"
+# vLLM's knobs with no SGLang flag. SGLang's context parallelism (--attn-cp-size) splits the
+# prefill's attention for NSA models; nothing splits the decode KV cache by context.
+_NOT_SGLANG = {
+    "decode_context_parallel_size": "SGLang has no decode context parallelism (vLLM's "
+                                    "--decode-context-parallel-size)",
+    "cudagraph_mode": "it is vLLM's compilation setting; SGLang's graphs are cuda_graph and "
+                      "cuda_graph_bs",
+}
 
 TABLES = (
     FlagTable(VersionRange("0.5.11", "0.5.13"),
@@ -76,19 +88,21 @@ TABLES = (
     FlagTable(VersionRange("0.5.22", "0.5.22"),
               {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}),
     FlagTable(VersionRange("0.5.23", "0.5.23"),
-              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22},
-              frozenset({SPEC_WITH_ATTN_DP})),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}),
 )
 
 
 def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     """Write ``python -m sglang.launch_server ...`` for ``params`` into ``out``."""
+    refuse_knobs(params, out.label, _NOT_SGLANG)
     out.raw(*target.head("python", "-m", "sglang.launch_server"))
     out.add("model_path", target.model_path)
     if target.trust_remote_code:
         out.add("trust_remote_code")
     _parallelism(params, out)
     _speculation(params, target, out)
+    if params.disable_custom_all_reduce:
+        out.add("disable_custom_all_reduce")
     out.add("mem_fraction_static", fraction(params.mem_fraction_static))
     out.add("max_running_requests", params.max_running_requests)
     _cuda_graphs(params, out)
@@ -100,13 +114,10 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
 
 def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
     """Environment the launch needs for knobs that have no CLI flag."""
-    env: dict[str, str] = {}
+    env = nccl_env(params)
     if params.is_ddtree:
         # The branch caps the per-depth candidate count (tree width) only through this variable.
         env["SGLANG_DDTREE_MAX_TOPK"] = str(params.tree_width)
-    if params.speculative and params.enable_dp_attention:
-        # 0.5.23 accepts DFLASH + attention DP only with spec prefill coordination off.
-        env["SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"] = "0"
     return env
 
 
@@ -122,10 +133,14 @@ def _parallelism(params: LaunchParams, out: Argv) -> None:
 
 def _attention_dp(params: LaunchParams, out: Argv) -> None:
     # Attention DP spans the whole TP group: one attention replica per GPU.
-    if params.speculative and SPEC_WITH_ATTN_DP not in out.features:
+    if params.speculative:
+        # SGLang's docs (PR #23553): DFLASH does not support DP attention. 0.5.11-0.5.22 reject
+        # it on CUDA; 0.5.23 parses it with --enable-dp-lm-head but runs the draft without CUDA
+        # graphs. The DDTree branch is built on DFLASH and rejects it too.
         raise UnsupportedParams(
-            f"{out.label} rejects speculative_algorithm={params.speculative_algorithm} with "
-            "enable_dp_attention on CUDA (allowed from 0.5.23 with --enable-dp-lm-head)"
+            f"{out.label}: speculative_algorithm={params.speculative_algorithm} does not run "
+            "with enable_dp_attention (SGLang docs, PR #23553: DFLASH does not support DP "
+            "attention)"
         )
     if out.has("enable_dp_attention"):
         if params.dp_size > 1:
@@ -177,6 +192,10 @@ def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
     if sizes:
         out.add("cuda_graph_max_bs", max(sizes))
         out.add("cuda_graph_bs", *sizes)
+        if params.speculative and out.has("cuda_graph_backend_prefill"):
+            # SGLang #35437: DFLASH with prefill graphs crashes at capture (breakable) or on the
+            # first request (full) on SM120; decode graphs are unaffected.
+            out.add("cuda_graph_backend_prefill", "disabled")
     elif out.has("cuda_graph_backend_decode"):
         out.add("cuda_graph_backend_decode", "disabled")
         out.add("cuda_graph_backend_prefill", "disabled")

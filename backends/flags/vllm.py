@@ -1,9 +1,10 @@
 """vLLM launch flags, 0.30.0 to 0.33.x (read from the 0.33.0 wheel, notes §2).
 
 Logical keys follow vLLM's own flag names: trust_remote_code, tensor_parallel_size,
-data_parallel_size, enable_expert_parallel, speculative_config, gpu_memory_utilization,
-max_num_seqs, max_model_len, compilation_config, enforce_eager, host, port. The model is the
-positional argument of ``vllm serve`` and has no key.
+data_parallel_size, enable_expert_parallel, decode_context_parallel_size,
+disable_custom_all_reduce, speculative_config, gpu_memory_utilization, max_num_seqs,
+max_model_len, compilation_config, enforce_eager, host, port. The model is the positional
+argument of ``vllm serve`` and has no key. NCCL_PROTO and NCCL_P2P_LEVEL go in the environment.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from backends.flags._dialect import LaunchTarget
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import compact_json
 from backends.flags._dialect import fraction
+from backends.flags._dialect import nccl_env
 from backends.flags._dialect import require_drafter
 from backends.flags._versions import VersionRange
 from backends.launch_params import LaunchParams
@@ -24,6 +26,10 @@ _FLAGS = {
     "tensor_parallel_size": "--tensor-parallel-size",
     "data_parallel_size": "--data-parallel-size",
     "enable_expert_parallel": "--enable-expert-parallel",
+    # Both in vLLM's engine arguments (notes §2.3; DCP's alias is -dcp). vLLM also turns its
+    # custom all-reduce off by itself above 2 GPUs without full NVLink (RFC #56128).
+    "decode_context_parallel_size": "--decode-context-parallel-size",
+    "disable_custom_all_reduce": "--disable-custom-all-reduce",
     "speculative_config": "--speculative-config",
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "max_num_seqs": "--max-num-seqs",
@@ -35,6 +41,10 @@ _FLAGS = {
     "model": "--model",  # launchers other than `vllm serve` take the model as an option
     "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
 }
+
+# A release whose FULL decode graphs verify DFlash correctly gets this feature (none yet).
+FULL_GRAPHS_WITH_DFLASH = "full_graphs_with_dflash"
+FULL_MODES = ("FULL_AND_PIECEWISE",)  # the tuned cudagraph_mode values that dispatch FULL graphs
 
 # Older ranges go in front when someone checks their wheels.
 TABLES = (FlagTable(VersionRange("0.30.0", "0.33.x"), _FLAGS),)
@@ -58,6 +68,10 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
         out.add("data_parallel_size", params.dp_size)
     if params.ep_size > 1:
         out.add("enable_expert_parallel")
+    if params.decode_context_parallel_size > 1:
+        out.add("decode_context_parallel_size", params.decode_context_parallel_size)
+    if params.disable_custom_all_reduce:
+        out.add("disable_custom_all_reduce")
     if params.speculative:
         out.add("speculative_config", compact_json(_speculative_config(params, target, out)))
     _memory(params, target, out)
@@ -71,8 +85,8 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
 
 
 def render_env(params: LaunchParams, table: FlagTable) -> dict[str, str]:
-    """vLLM needs no environment for anything modelled here."""
-    return {}
+    """Environment the launch needs for knobs that have no CLI flag: NCCL's."""
+    return nccl_env(params)
 
 
 def _check_supported(params: LaunchParams, label: str) -> None:
@@ -116,9 +130,21 @@ def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
     if not params.cuda_graph:
         out.add("enforce_eager")
         return
-    # Capture sizes count tokens: a decode step of b requests verifies b * verify_tokens tokens.
-    sizes = [b * params.verify_tokens for b in params.capture_batch_sizes]
-    config = {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": sizes}
+    mode = params.cudagraph_mode
+    if params.speculative and mode in FULL_MODES and FULL_GRAPHS_WITH_DFLASH not in out.features:
+        # vLLM PR #42728: FULL graphs gave wrong target logits with DFlash at concurrency >= 2
+        # (acceptance collapsed); PIECEWISE is the fix.
+        raise UnsupportedParams(
+            f"{out.label}: cudagraph_mode={mode} with DFlash gives wrong logits at concurrency "
+            ">= 2 (vLLM PR #42728); use cudagraph_mode PIECEWISE or NONE"
+        )
+    config: dict = {"cudagraph_mode": mode}
+    if mode != "NONE":
+        # Capture sizes count tokens: a step of b requests verifies b * verify_tokens tokens, so
+        # the largest size covers the running cap's whole verify (3-token drafts at 128
+        # requests: 512), never vLLM's own default cap.
+        config["cudagraph_capture_sizes"] = [b * params.verify_tokens
+                                             for b in params.capture_batch_sizes]
     out.add("compilation_config", compact_json(config))
 
 

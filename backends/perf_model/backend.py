@@ -61,9 +61,12 @@ class PerfModelBackend(Backend):
         yield _PredictedSession(setup, workload)
 
     def setup(self, lp: LaunchParams, workload: Workload) -> Setup:
-        """Validate ``lp`` for this deployment and fix everything but the concurrency."""
+        """Validate ``lp`` for this deployment and fix everything but the concurrency. The
+        knobs the model cannot price (MEASURED_ONLY: NCCL's protocol and P2P level, ...) are
+        priced at their defaults, never guessed; ``best`` says so of a winner that sets them."""
         self._check(lp)
         self.flags(lp)  # the engine must be able to express it
+        lp = lp.priced()
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
         plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
         return Setup(self.node, self.model, self.drafter, lp, plan, self._acceptance(lp),

@@ -7,6 +7,7 @@ has one good configuration."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -104,6 +105,7 @@ class FakeEngineContract(BackendContract):
     a memory fraction of 0.99 runs out of memory."""
 
     backend_class: type
+    engine_knobs: dict = {}  # what this engine needs beside FAKE_DFLASH
 
     @pytest.fixture
     def backend(self):
@@ -115,15 +117,15 @@ class FakeEngineContract(BackendContract):
 
     @pytest.fixture
     def good_params(self):
-        return LaunchParams(**FAKE_DFLASH)
+        return LaunchParams(**FAKE_DFLASH, **self.engine_knobs)
 
     @pytest.fixture
-    def bad_params(self):
-        return {"more GPUs than the node has": LaunchParams(**{**FAKE_DFLASH, "tp_size": 4})}
+    def bad_params(self, good_params):
+        return {"more GPUs than the node has": replace(good_params, tp_size=4)}
 
     @pytest.fixture
-    def oom_params(self):
-        return LaunchParams(**FAKE_DFLASH, mem_fraction_static=0.99)
+    def oom_params(self, good_params):
+        return replace(good_params, mem_fraction_static=0.99)
 
     def test_speculative_rows_carry_the_engines_own_acceptance(self, backend, good_params):
         rows = backend.measure(good_params, TINY)
@@ -144,3 +146,4 @@ class TestFakeSGLangBackendContract(FakeEngineContract):
 
 class TestFakeVLLMBackendContract(FakeEngineContract):
     backend_class = FakeVLLMBackend
+    engine_knobs = {"cudagraph_mode": "PIECEWISE"}  # vLLM refuses FULL graphs with DFlash

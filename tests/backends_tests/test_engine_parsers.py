@@ -8,6 +8,8 @@ mistyped flags, not semantic conflicts.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from backends.flags import LaunchTarget, render_command
@@ -20,6 +22,14 @@ CONFIGS = {
                                          cuda_graph=False),
     "tp4 dp2 dflash pow2": LaunchParams(tp_size=4, dp_size=2, speculative_algorithm="dflash",
                                         cuda_graph_bs_ladder="pow2"),
+    "custom all-reduce off": LaunchParams(disable_custom_all_reduce=True, cuda_graph=False),
+}
+# vLLM runs DFlash with PIECEWISE graphs (its dialect refuses FULL ones, vLLM PR #42728), and
+# takes decode context parallelism, which SGLang has no flag for.
+VLLM_CONFIGS = {
+    **{name: replace(lp, cudagraph_mode="PIECEWISE") if lp.speculative and lp.cuda_graph else lp
+       for name, lp in CONFIGS.items()},
+    "dcp2 graph mode none": LaunchParams(decode_context_parallel_size=2, cudagraph_mode="NONE"),
 }
 
 
@@ -32,15 +42,15 @@ def test_sglang_accepts_our_flags(name):
     assert parsed.tp_size == CONFIGS[name].tp_size
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted(VLLM_CONFIGS))
 def test_vllm_accepts_our_flags(name, monkeypatch):
     pytest.importorskip("vllm")
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")  # else the device default cannot resolve
     cli_args = pytest.importorskip("vllm.entrypoints.common.cli_args")  # 0.33 layout
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    argv = render_command("vllm", CONFIGS[name], TARGET)
+    argv = render_command("vllm", VLLM_CONFIGS[name], TARGET)
     assert argv[:2] == ["vllm", "serve"]
     parser = cli_args.make_arg_parser(FlexibleArgumentParser())
     namespace = parser.parse_args(argv[2:])
-    assert namespace.tensor_parallel_size == CONFIGS[name].tp_size
+    assert namespace.tensor_parallel_size == VLLM_CONFIGS[name].tp_size

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.flags import LaunchTarget, UnsupportedParams, render_command
+from backends.flags import (LaunchTarget, UnsupportedParams, engine_label, render_command,
+                            render_env)
 from backends.launch_params import LaunchParams
 
 TARGET = LaunchTarget("pair/target", "pair/drafter", port=8001, context_length=512)
@@ -87,3 +88,17 @@ def test_every_knob_parses_back_under_its_tuning_name(which):
         assert parsed[knob] == getattr(params, knob), knob
     assert parsed["speculative_algorithm"] == "ddtree"
     assert parsed["cuda_graph_bs"] == "1,2,4,8" and str(parsed["drafter"]) == "pair/drafter"
+
+
+@pytest.mark.parametrize("knob", [{"disable_custom_all_reduce": True},
+                                  {"decode_context_parallel_size": 2},
+                                  {"cudagraph_mode": "PIECEWISE"}])
+def test_engine_knobs_serve_has_no_counterpart_for_are_refused_by_name(knob):
+    with pytest.raises(UnsupportedParams, match=f"cannot express {next(iter(knob))}="):
+        render_command("dflash", LaunchParams(**knob), TARGET)
+
+
+def test_nccl_knobs_reach_serves_ranks_through_the_environment():
+    params = LaunchParams(tp_size=2, nccl_proto="Simple", nccl_p2p_level="LOC")
+    assert render_env("dflash", params) == {"NCCL_PROTO": "Simple", "NCCL_P2P_LEVEL": "LOC"}
+    assert engine_label("dflash", params).endswith("NCCL_P2P_LEVEL=LOC NCCL_PROTO=Simple")

@@ -36,7 +36,8 @@ def test_unsupported_params_is_an_invalid_params_value_error():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_path_with_space_and_quotes_stays_one_argument_and_round_trips(engine):
     tp = 1 if engine == "dflash" else 8  # our server runs on one device
-    params = LaunchParams(tp_size=tp, speculative_algorithm="dflash", max_running_requests=4)
+    params = LaunchParams(tp_size=tp, speculative_algorithm="dflash", max_running_requests=4,
+                          cuda_graph=engine != "vllm")  # vLLM: no FULL graphs with DFlash
     target = LaunchTarget(model_path=ODD_PATH, drafter_path=DRAFTER)
     argv = render_command(engine, params, target)
     assert ODD_PATH in argv

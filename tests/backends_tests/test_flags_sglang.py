@@ -46,6 +46,7 @@ def test_tp8_ep8_dflash_block8_at_0_5_23():
         "--mem-fraction-static", "0.88", "--max-running-requests", "32",
         "--cuda-graph-max-bs-decode", "32",
         "--cuda-graph-bs-decode", "1", "2", "4", "8", "16", "32",
+        "--cuda-graph-backend-prefill", "disabled",
         "--context-length", "131072",
         *HOST_PORT,
     ]
@@ -55,6 +56,7 @@ def test_tp8_ep8_dflash_block8_at_0_5_23():
 
 def test_tp8_ep8_dflash_agrees_with_the_notes_recipe():
     # §3.1 "SGLang, TP8" plus "--ep-size 8"; flags this package does not model are dropped.
+    # The decode graph sizes and the prefill graphs off (SGLang #35437) are ours, cut below.
     recipe = shlex.split(
         "python -m sglang.launch_server --model-path /models/Kimi-K2.6 --trust-remote-code "
         "--tp-size 8 --ep-size 8 --speculative-algorithm DFLASH "
@@ -65,7 +67,8 @@ def test_tp8_ep8_dflash_agrees_with_the_notes_recipe():
     target = LaunchTarget(model_path=KIMI, drafter_path=DRAFTER, context_length=131072)
     argv = render_command("sglang", DFLASH_TP8_EP8, target)  # default version is 0.5.23
     at = argv.index("--cuda-graph-bs-decode")
-    assert argv[:at] + argv[at + 7:] == recipe
+    assert argv[at + 7:at + 9] == ["--cuda-graph-backend-prefill", "disabled"]
+    assert argv[:at] + argv[at + 9:] == recipe
 
 
 def test_tp8_ep8_dflash_at_0_5_12_uses_old_graph_flags():
@@ -129,6 +132,7 @@ def test_ddtree_budget16_renders_pr_branch_flags_and_topk_env():
         "--speculative-ddtree-budget", "16",
         "--mem-fraction-static", "0.88", "--max-running-requests", "16",
         "--cuda-graph-max-bs-decode", "16", "--cuda-graph-bs-decode", "1", "2", "4", "8", "16",
+        "--cuda-graph-backend-prefill", "disabled",
         *HOST_PORT,
     ]
     assert render_env("sglang", params, "0.5.23") == {"SGLANG_DDTREE_MAX_TOPK": "4"}
@@ -160,24 +164,6 @@ def test_attention_dp_at_0_5_23_uses_attn_dp_size_and_dp_lm_head():
     ]
 
 
-def test_attention_dp_with_dflash_at_0_5_23_turns_off_prefill_coordination():
-    params = LaunchParams(tp_size=8, enable_dp_attention=True, speculative_algorithm="dflash",
-                          cuda_graph=False)
-    argv = render_command("sglang", params, TARGET, "0.5.23")
-    assert argv == [
-        *LAUNCH, "--tp-size", "8", "--attn-dp-size", "8", "--enable-dp-lm-head",
-        "--speculative-algorithm", "DFLASH",
-        "--speculative-draft-model-path", DRAFTER,
-        "--speculative-num-draft-tokens", "8",
-        "--mem-fraction-static", "0.88", "--max-running-requests", "48",
-        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
-        *HOST_PORT,
-    ]
-    assert render_env("sglang", params, "0.5.23") == {
-        "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "0"
-    }
-
-
 def test_attention_dp_at_0_5_21_uses_enable_dp_attention_with_dp_size():
     params = LaunchParams(tp_size=8, enable_dp_attention=True, cuda_graph=False)
     argv = render_command("sglang", params, TARGET, "0.5.21")
@@ -190,11 +176,48 @@ def test_attention_dp_at_0_5_21_uses_enable_dp_attention_with_dp_size():
 
 
 @pytest.mark.parametrize("algorithm", ["dflash", "ddtree"])
-@pytest.mark.parametrize("version", ["0.5.21", "0.5.22"])
-def test_speculation_with_attention_dp_before_0_5_23_is_unsupported(algorithm, version):
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.21", "0.5.22", "0.5.23"])
+def test_speculation_with_attention_dp_is_unsupported_in_every_version(algorithm, version):
+    # SGLang docs PR #23553: DFLASH does not support DP attention (0.5.23 parses it, with the
+    # draft's graphs off).
     params = LaunchParams(tp_size=8, enable_dp_attention=True, speculative_algorithm=algorithm)
-    with pytest.raises(UnsupportedParams, match="enable_dp_attention"):
+    with pytest.raises(UnsupportedParams, match="enable_dp_attention.*#23553"):
         render_command("sglang", params, TARGET, version)
+
+
+def test_dflash_turns_prefill_graphs_off_where_the_phase_has_a_backend():
+    # SGLang #35437: DFLASH prefill-graph capture crashes; the decode graphs stay.
+    dflash = LaunchParams(speculative_algorithm="dflash", max_running_requests=4)
+    for version in ("0.5.14", "0.5.23"):
+        argv = render_command("sglang", dflash, TARGET, version)
+        at = argv.index("--cuda-graph-backend-prefill")
+        assert argv[at + 1] == "disabled" and "--cuda-graph-max-bs-decode" in argv
+        assert "--cuda-graph-backend-prefill" not in render_command(
+            "sglang", LaunchParams(max_running_requests=4), TARGET, version)
+    assert "--cuda-graph-backend-prefill" not in render_command("sglang", dflash, TARGET,
+                                                                "0.5.12")
+
+
+def test_custom_all_reduce_off_renders_its_flag_in_every_version():
+    params = LaunchParams(disable_custom_all_reduce=True, cuda_graph=False)
+    for version in ("0.5.11", "0.5.23"):
+        argv = render_command("sglang", params, TARGET, version)
+        assert argv.count("--disable-custom-all-reduce") == 1
+    assert "--disable-custom-all-reduce" not in render_command("sglang", LaunchParams(), TARGET)
+
+
+def test_nccl_knobs_go_in_the_environment():
+    params = LaunchParams(nccl_proto="LL128", nccl_p2p_level="LOC")
+    assert render_env("sglang", params) == {"NCCL_PROTO": "LL128", "NCCL_P2P_LEVEL": "LOC"}
+    assert render_env("sglang", LaunchParams()) == {}
+    assert not any(a.startswith("NCCL") for a in render_command("sglang", params, TARGET))
+
+
+@pytest.mark.parametrize("knob", [{"decode_context_parallel_size": 2},
+                                  {"cudagraph_mode": "PIECEWISE"}])
+def test_vllm_only_knobs_are_refused_by_name(knob):
+    with pytest.raises(UnsupportedParams, match=f"cannot express {next(iter(knob))}="):
+        render_command("sglang", LaunchParams(**knob), TARGET)
 
 
 def test_replicas_with_legacy_attention_dp_are_unsupported():

@@ -22,7 +22,8 @@ HOST_PORT = ["--host", "127.0.0.1", "--port", "8000"]
 def test_tp8_dflash_block8_counts_draft_tokens_and_capture_sizes_in_tokens():
     params = LaunchParams(tp_size=8, speculative_algorithm="dflash",
                           speculative_dflash_block_size=8, max_running_requests=32,
-                          cuda_graph_max_bs=32, mem_fraction_static=0.9)
+                          cuda_graph_max_bs=32, mem_fraction_static=0.9,
+                          cudagraph_mode="PIECEWISE")
     target = LaunchTarget(model_path=KIMI, drafter_path=DRAFTER, port=8000,
                           context_length=131072)
     argv = render_command("vllm", params, target, "0.33.0")
@@ -36,7 +37,7 @@ def test_tp8_dflash_block8_counts_draft_tokens_and_capture_sizes_in_tokens():
         # Batch sizes 1 2 4 8 16 24 32 times 8 tokens per request (7 drafts + anchor).
         "--compilation-config",
         '{"cudagraph_capture_sizes":[8,16,32,64,128,192,256],'
-        '"cudagraph_mode":"FULL_AND_PIECEWISE"}',
+        '"cudagraph_mode":"PIECEWISE"}',
         *HOST_PORT,
     ]
     assert render_env("vllm", params) == {}
@@ -45,7 +46,8 @@ def test_tp8_dflash_block8_counts_draft_tokens_and_capture_sizes_in_tokens():
 
 def test_block16_gives_fifteen_speculative_tokens():
     params = LaunchParams(speculative_algorithm="dflash", speculative_dflash_block_size=16,
-                          max_running_requests=4, cuda_graph_bs_ladder="pow2")
+                          max_running_requests=4, cuda_graph_bs_ladder="pow2",
+                          cudagraph_mode="PIECEWISE")
     argv = render_command("vllm", params, TARGET)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     graphs = json.loads(argv[argv.index("--compilation-config") + 1])
@@ -176,3 +178,42 @@ def test_the_targets_environment_comes_with_the_command_and_wins():
 def test_an_unknown_device_is_refused():
     with pytest.raises(ValueError, match="device must be one of cuda, cpu"):
         LaunchTarget(model_path=KIMI, device="tpu")
+
+
+def test_full_graphs_with_dflash_are_refused_for_wrong_logits():
+    # vLLM PR #42728: FULL graphs gave wrong logits with DFlash at concurrency >= 2.
+    params = LaunchParams(speculative_algorithm="dflash")
+    with pytest.raises(UnsupportedParams, match="#42728.*PIECEWISE"):
+        render_command("vllm", params, TARGET)
+    eager = LaunchParams(speculative_algorithm="dflash", cuda_graph=False)
+    assert "--enforce-eager" in render_command("vllm", eager, TARGET)
+    plain = render_command("vllm", LaunchParams(max_running_requests=4), TARGET)
+    assert '"cudagraph_mode":"FULL_AND_PIECEWISE"' in plain[plain.index("--compilation-config")
+                                                            + 1]
+
+
+def test_a_3_token_draft_at_128_requests_captures_512_tokens():
+    params = LaunchParams(speculative_algorithm="dflash", speculative_dflash_block_size=4,
+                          max_running_requests=128, cuda_graph_max_bs=128,
+                          cudagraph_mode="PIECEWISE")
+    argv = render_command("vllm", params, TARGET)
+    graphs = json.loads(argv[argv.index("--compilation-config") + 1])
+    assert max(graphs["cudagraph_capture_sizes"]) == 512
+
+
+def test_cudagraph_mode_none_compiles_without_capture_sizes():
+    argv = render_command("vllm", LaunchParams(cudagraph_mode="NONE"), TARGET)
+    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"cudagraph_mode": "NONE"}
+    assert "--enforce-eager" not in argv
+
+
+def test_pcie_knobs_render_their_flags_and_environment():
+    params = LaunchParams(tp_size=8, decode_context_parallel_size=2,
+                          disable_custom_all_reduce=True, nccl_proto="LL", nccl_p2p_level="PHB",
+                          cuda_graph=False)
+    argv = render_command("vllm", params, TARGET)
+    at = argv.index("--decode-context-parallel-size")
+    assert argv[at + 1] == "2" and "--disable-custom-all-reduce" in argv
+    assert render_env("vllm", params) == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "PHB"}
+    defaults = render_command("vllm", LaunchParams(cuda_graph=False), TARGET)
+    assert not {"--decode-context-parallel-size", "--disable-custom-all-reduce"} & set(defaults)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.launch_params import InvalidParams, LaunchParams, min_ddtree_budget, to_spec
+from backends.launch_params import (MEASURED_ONLY, InvalidParams, LaunchParams,
+                                    min_ddtree_budget, to_spec)
 
 DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_block_size": 6,
           "speculative_ddtree_budget": 12, "speculative_ddtree_topk": 3,
@@ -26,6 +27,11 @@ DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_b
     ({**DDTREE, "speculative_ddtree_topk": 0}, "_topk must be >= 1, or leave it out"),
     ({**DDTREE, "speculative_ddtree_max_depth": 6}, "_max_depth must be at most block_size - 1"),
     ({"cuda_graph_bs": [1, 0]}, r"cuda_graph_bs must be batch sizes in 1\.\.65536"),
+    ({"decode_context_parallel_size": 3}, "decode_context_parallel_size 3 must divide tp_size"),
+    ({"nccl_proto": "ll128"}, "nccl_proto must be one of"),
+    ({"nccl_p2p_level": "DISABLE"}, "nccl_p2p_level must be one of"),
+    ({"cudagraph_mode": "FULL"}, "cudagraph_mode must be one of"),
+    ({"cudagraph_mode": "PIECEWISE", "cuda_graph": False}, "cudagraph_mode=PIECEWISE needs"),
 ])
 def test_what_no_engine_can_launch_never_parses(params, message):
     with pytest.raises(InvalidParams, match=message):
@@ -79,3 +85,21 @@ def test_plain_decoding_needs_no_drafter_and_speculation_does():
     assert to_spec(LaunchParams(tp_size=1), trained_block=None).method == "none"
     with pytest.raises(ValueError, match="needs a drafter"):
         to_spec(LaunchParams(tp_size=1, speculative_algorithm="dflash"), trained_block=None)
+
+
+def test_the_pcie_knobs_default_to_what_a_plain_launch_does():
+    plain = LaunchParams()
+    assert (plain.disable_custom_all_reduce, plain.nccl_proto, plain.nccl_p2p_level,
+            plain.decode_context_parallel_size, plain.cudagraph_mode) == (
+        False, None, None, 1, "FULL_AND_PIECEWISE")
+    assert plain.non_default() == {}
+
+
+def test_the_model_prices_measured_only_knobs_at_their_defaults():
+    lp = LaunchParams(tp_size=4, dp_size=2, nccl_proto="LL128", nccl_p2p_level="LOC",
+                      disable_custom_all_reduce=True, decode_context_parallel_size=2,
+                      cudagraph_mode="PIECEWISE")
+    assert set(lp.non_default()) - {"tp_size", "dp_size"} == MEASURED_ONLY
+    assert lp.priced() == LaunchParams(tp_size=4, dp_size=2)
+    assert "DCP2" in lp.label() and lp.label().endswith(
+        "no-custom-ar NCCL_PROTO=LL128 NCCL_P2P_LEVEL=LOC")

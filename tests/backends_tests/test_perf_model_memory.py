@@ -114,3 +114,13 @@ def test_context_longer_than_the_kv_pool_is_oom(backend):
 def test_same_config_fits_with_a_smaller_static_fraction(backend):
     assert not _plan(backend, mem_fraction_static=0.88).infeasible
     assert _plan(backend, mem_fraction_static=0.70).infeasible  # 66.9 GiB < 69.1 of weights
+
+
+def test_knobs_only_a_measurement_tells_apart_are_priced_at_their_defaults(backend):
+    # The model does not guess what NCCL's protocol or P2P level or the custom all-reduce do
+    # on PCIe: the same prediction as the engine's defaults (`best` marks them measured only).
+    plain = backend.measure(LaunchParams(**SPACIOUS), WORKLOAD)
+    tuned = backend.measure(LaunchParams(**SPACIOUS, nccl_proto="LL128", nccl_p2p_level="LOC",
+                                         disable_custom_all_reduce=True), WORKLOAD)
+    assert [m.output_tok_s for m in tuned] == [m.output_tok_s for m in plain]
+    assert backend.env(LaunchParams(nccl_proto="LL128")) == {"NCCL_PROTO": "LL128"}

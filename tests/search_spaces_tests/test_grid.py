@@ -79,7 +79,8 @@ def test_grid_respects_when_and_dynamic_bounds(make_space: Callable[..., SearchS
 
 def test_grid_is_a_lazy_generator() -> None:
     space = load_space("pcie8_kimi")
-    context = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8}
+    context = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8, "engine": "sglang",
+               "measured": False, "max_concurrency": 256}
     points = space.grid(context)  # millions of points at the default 8 per param
     assert inspect.isgenerator(points)
     assert space.violations(next(points), context) == []

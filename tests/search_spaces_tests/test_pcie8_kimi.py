@@ -15,8 +15,14 @@ from backends.launch_params import LaunchParams
 from search_spaces import SearchSpace
 from backends.launch_params import min_ddtree_budget
 from search_spaces import load_space
+from test_space import sample
 
-CONTEXT = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8}
+# A study on the model (the collective knobs stay at their defaults) for SGLang.
+CONTEXT = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8, "engine": "sglang",
+           "measured": False, "max_concurrency": 256}
+COLLECTIVES = {"disable_custom_all_reduce": [False, True],
+               "nccl_proto": [None, "LL", "LL128", "Simple"],
+               "nccl_p2p_level": [None, "LOC", "SYS"]}
 KNOWN = {f.name for f in fields(LaunchParams)}
 RUNNING_CHOICES = [16, 32, 48, 64, 128, 256]
 
@@ -28,28 +34,31 @@ def space() -> SearchSpace:
 
 @pytest.fixture(scope="module")
 def samples(space: SearchSpace) -> list[dict[str, Any]]:
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    out = []
-    for _ in range(200):
-        trial = study.ask()
-        out.append(space.suggest(trial, CONTEXT))
-        study.tell(trial, 0.0)
-    return out
+    return sample(space, CONTEXT, 200)
 
 
 def expected_violations(p: dict[str, Any]) -> list[str]:
     """The file's constraints, in file order, written out in plain Python."""
-    graphs = p["cuda_graph"]
+    graphs, speculative = p["cuda_graph"], p["speculative_algorithm"] != "none"
     rules = [
         ("tp_size * dp_size == gpus", p["tp_size"] * p["dp_size"] == 8),
         ("num_experts % ep_size == 0", 384 % p["ep_size"] == 0),
         ("ep_size <= tp_size", p["ep_size"] <= p["tp_size"]),
         ("tp_size % ep_size == 0", p["tp_size"] % p["ep_size"] == 0),
+        ("tp_size % decode_context_parallel_size == 0",
+         p["tp_size"] % p.get("decode_context_parallel_size", 1) == 0),
         (
             "cuda_graph_max_bs <= max_running_requests",
             not graphs or p["cuda_graph_max_bs"] <= p["max_running_requests"],
         ),
+        (
+            "cuda_graph_max_bs >= min(max_concurrency, max_running_requests)",
+            not graphs or p["cuda_graph_max_bs"] >= min(256, p["max_running_requests"]),
+        ),
         ("tp_size == gpus", not p["enable_dp_attention"] or p["tp_size"] == 8),
+        ("not enable_dp_attention", not (speculative and p["enable_dp_attention"])),
+        ("cudagraph_mode != 'FULL_AND_PIECEWISE'",
+         not speculative or p.get("cudagraph_mode") != "FULL_AND_PIECEWISE"),
         ("drafter_block_size >= 2", True),  # CONTEXT has a block-8 drafter
     ]
     return [source for source, ok in rules if not ok]
@@ -158,7 +167,7 @@ def brute_force_grid() -> list[dict[str, Any]]:
 def test_grid_equals_a_brute_force_enumeration(space: SearchSpace) -> None:
     grid = list(space.grid(CONTEXT, max_points_per_param=3))
     expected = brute_force_grid()
-    assert len(grid) == len(expected) == 13_392
+    assert len(grid) == len(expected) == 8_532
 
     names = space.param_names
 
@@ -175,11 +184,12 @@ def test_grid_equals_a_brute_force_enumeration(space: SearchSpace) -> None:
 def test_grid_with_two_points_per_param_matches_the_hand_count(space: SearchSpace) -> None:
     # Layouts: TP8 x EP{1,4,8} x attention-DP {off,on} = 6, TP4 x EP{1,4} = 2 -> 8.
     # Speculation: none 1 + dflash block {2,8} 2 + ddtree (block 2: budget {1,128} x topk {1,8}
-    #   = 4; block 8: budget {7,128} x topk {1,8} = 4) = 11.
+    #   = 4; block 8: budget {7,128} x topk {1,8} = 4) = 11; the 3 attention-DP layouts take
+    #   none only -> 5 x 11 + 3 x 1 = 58.
     # Graphs x running cap: graphs off 6 caps; on: each cap (max_bs = cap) x 2 ladders = 12
     #   -> 18. Memory {0.80, 0.92} -> 2.
     count = sum(1 for _ in space.grid(CONTEXT, max_points_per_param=2))
-    assert count == 8 * 11 * 18 * 2
+    assert count == 58 * 18 * 2
 
 
 def test_without_a_drafter_speculation_is_rejected_not_crashed(space: SearchSpace) -> None:
@@ -194,3 +204,42 @@ def test_without_a_drafter_speculation_is_rejected_not_crashed(space: SearchSpac
         assert ("drafter_block_size >= 2" in space.violations(p, context)) == speculative
     grid = space.grid(context, max_points_per_param=2)
     assert {p["speculative_algorithm"] for p in grid} == {"none"}
+
+
+def test_a_real_engine_study_asks_about_the_collectives_and_the_model_never(
+    space: SearchSpace, samples: list[dict[str, Any]]
+) -> None:
+    assert not any(set(COLLECTIVES) & set(p) for p in samples)  # model: engine defaults
+    measured = sample(space, {**CONTEXT, "measured": True}, 200)
+    for name, choices in COLLECTIVES.items():
+        assert {p[name] for p in measured} == set(choices)
+    vllm_only = ("decode_context_parallel_size", "cudagraph_mode")
+    assert not any(set(vllm_only) & set(p) for p in measured)  # SGLang has neither
+
+
+def test_a_vllm_study_asks_about_context_parallel_and_the_graph_mode(space: SearchSpace) -> None:
+    context = {**CONTEXT, "engine": "vllm", "measured": True}
+    for p in sample(space, context, 200):
+        assert p["decode_context_parallel_size"] in (1, 2, 4, 8)
+        assert ("cudagraph_mode" in p) == p["cuda_graph"]
+        if p["tp_size"] % p["decode_context_parallel_size"]:
+            assert "tp_size % decode_context_parallel_size == 0" in space.violations(p, context)
+        elif not space.violations(p, context):
+            LaunchParams.from_params(p)
+
+
+def test_graphs_must_cover_the_highest_level_measured(space: SearchSpace) -> None:
+    rule = "cuda_graph_max_bs >= min(max_concurrency, max_running_requests)"
+    p = {"tp_size": 8, "dp_size": 1, "ep_size": 1, "enable_dp_attention": False,
+         "speculative_algorithm": "dflash", "speculative_dflash_block_size": 4,
+         "cuda_graph": True, "max_running_requests": 128, "cuda_graph_max_bs": 64,
+         "cuda_graph_bs_ladder": "pow2", "mem_fraction_static": 0.88}
+    assert rule in space.violations(p, CONTEXT)  # 128 requests x 4 tokens, graphs for 64
+    assert rule not in space.violations(p, {**CONTEXT, "max_concurrency": 64})
+    assert rule not in space.violations({**p, "cuda_graph_max_bs": 128}, CONTEXT)
+
+
+def test_the_collectives_multiply_a_measured_grid_by_their_choices(space: SearchSpace) -> None:
+    measured = {**CONTEXT, "measured": True}
+    count = sum(1 for _ in space.grid(measured, max_points_per_param=2))
+    assert count == 58 * 18 * 2 * math.prod(map(len, COLLECTIVES.values()))

@@ -52,7 +52,8 @@ def test_suggest_returns_params_in_file_order_with_derived_ones() -> None:
 def test_a_sample_replays_through_a_fixed_trial() -> None:
     # The tuner can rebuild a full params dict from a trial's stored (sampled) values.
     space = load_space("pcie8_kimi")
-    context = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8}
+    context = {"gpus": 8, "num_experts": 384, "drafter_block_size": 8, "engine": "sglang",
+               "measured": False, "max_concurrency": 256}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(20):
         trial = study.ask()

@@ -124,3 +124,49 @@ def test_serve_command_has_its_own_port_and_label_and_no_unreleased_ddtree_note(
     sglang = cli("best", cwd=tmp_path)
     assert "DDTree is in no released SGLang" in sglang.stderr
     assert shlex.split(sglang.stdout.splitlines()[-1])[-1] == "30000"
+
+
+def test_best_names_the_winners_knobs_the_model_cannot_price(tmp_path):
+    collectives = _dflash(6, 128, nccl_proto="LL128", disable_custom_all_reduce=True)
+    make_study(tmp_path, [trial(PLAIN, level(128, 250.0, tpot=25.0)),
+                          trial(collectives, level(128, 700.0, tpot=25.0))])
+    result, record = _best(tmp_path, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert record["measured_only"] == {"disable_custom_all_reduce": True, "nccl_proto": "LL128"}
+    assert record["predicted_only"] == {}  # a study of the model: everything is predicted
+    assert ("measured only: disable_custom_all_reduce=True, nccl_proto=LL128 (the performance "
+            "model prices them at their defaults)") in result.stderr
+    assert "NCCL_PROTO=LL128" in cli("best", "--emit-flags", cwd=tmp_path).stdout
+
+
+def test_predicted_only_lists_the_values_no_real_engine_ran():
+    from dataclasses import replace
+
+    from backends.launch_params import LaunchParams
+    from tuner.best import _predicted_only
+    from tuner.records import TrialRecord
+
+    def record(number: int, launch: LaunchParams, predicted: bool) -> TrialRecord:
+        row = {"output_tok_s": 1.0, "predicted": predicted}
+        return TrialRecord(number, "sglang", {}, "ok", True, "", {}, "", {1: row}, launch)
+
+    ran = LaunchParams(nccl_proto="LL", speculative_algorithm="dflash")
+    guessed = replace(ran, nccl_proto="LL128", speculative_dflash_block_size=4)
+    trials = [record(0, ran, False), record(1, guessed, True)]
+    assert _predicted_only(guessed, trials) == {"nccl_proto": "LL128",
+                                                "speculative_dflash_block_size": 4}
+    assert _predicted_only(ran, trials) == {}
+    assert _predicted_only(guessed, trials[1:]) == {}  # nothing measured: a model study
+
+
+def test_vllm_flags_carry_the_graph_mode_its_dflash_runs_with(tmp_path):
+    full = _dflash(8, 128)  # vLLM's default graph mode: refused with DFlash
+    piecewise = _dflash(6, 128, cudagraph_mode="PIECEWISE")
+    make_study(tmp_path, [trial(PLAIN, level(128, 250.0, tpot=25.0)),
+                          trial(full, level(128, 900.0, tpot=25.0)),
+                          trial(piecewise, level(128, 700.0, tpot=25.0))])
+    result = cli("best", "--emit-flags", "--backend", "vllm", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    graphs = json.loads(argv[argv.index("--compilation-config") + 1])
+    assert argv[:2] == ["vllm", "serve"] and graphs["cudagraph_mode"] == "PIECEWISE"

@@ -120,3 +120,11 @@ def test_a_model_config_json_that_is_no_object_is_one_line(tmp_path):
     assert run.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'config.json'}: must hold a JSON object of config fields, not a "
         "list"]
+
+
+def test_estimate_says_which_knobs_it_prices_at_their_defaults(tmp_path):
+    plain, quiet = _levels(tmp_path)
+    tuned, said = _levels(tmp_path, "--nccl-proto", "LL128", "--disable-custom-all-reduce")
+    assert [lv["output_tok_s"] for lv in tuned] == [lv["output_tok_s"] for lv in plain]
+    assert "measured only: disable_custom_all_reduce, nccl_proto" in said
+    assert "measured only" not in quiet

@@ -77,9 +77,10 @@ def test_emit_flags_prints_only_a_command_that_keeps_the_model_path_whole(studie
 def test_best_json_record_and_vllm_flags(studied):
     record = json.loads(cli("best", "--format", "json", cwd=studied).stdout)
     assert record["target_concurrency"] == 128 and record["output_tok_s_at_target"] > 0
+    # The SGLang space asks nothing of vLLM's graph mode, and vLLM's default (FULL graphs) is
+    # refused with DFlash: what vLLM could run here was never studied, and best says why.
     vllm = cli("best", "--emit-flags", "--backend", "vllm", cwd=studied)
-    assert vllm.returncode == 0, vllm.stderr
-    assert shlex.split(vllm.stdout)[:2] == ["vllm", "serve"]
+    assert vllm.returncode == 1 and "can be launched by the requested engine" in vllm.stderr
 
 
 def test_a_stricter_sla_changes_or_empties_the_choice(studied):

@@ -30,7 +30,7 @@ def _sglang_parser() -> argparse.ArgumentParser:
                  "--max-running-requests", "--context-length", "--speculative-num-draft-tokens",
                  "--speculative-ddtree-budget", "--cuda-graph-max-bs-decode"):
         parser.add_argument(flag, type=int, default=1)
-    for flag in ("--trust-remote-code", "--enable-dp-lm-head"):
+    for flag in ("--trust-remote-code", "--enable-dp-lm-head", "--disable-custom-all-reduce"):
         parser.add_argument(flag, action="store_true")
     parser.add_argument("--speculative-algorithm", choices=("DFLASH", "DDTREE"))
     parser.add_argument("--speculative-draft-model-path")
@@ -47,9 +47,10 @@ def _vllm_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser("vllm serve", allow_abbrev=False)
     parser.add_argument("model")
     for flag in ("--tensor-parallel-size", "--data-parallel-size", "--max-num-seqs",
-                 "--max-model-len"):
+                 "--max-model-len", "--decode-context-parallel-size"):
         parser.add_argument(flag, type=int, default=1)
-    for flag in ("--trust-remote-code", "--enable-expert-parallel", "--enforce-eager"):
+    for flag in ("--trust-remote-code", "--enable-expert-parallel", "--enforce-eager",
+                 "--disable-custom-all-reduce"):
         parser.add_argument(flag, action="store_true")
     parser.add_argument("--speculative-config", type=json.loads)
     parser.add_argument("--compilation-config", type=json.loads)
