@@ -175,11 +175,10 @@ class LaunchParams:
             raise InvalidParams("speculative_ddtree_" + str(error).replace(
                 "None for no cap", "leave it out (null) for no cap")) from None
 
-    def priced(self) -> LaunchParams:
+    def priced(self, unpriced: frozenset[str] = MEASURED_ONLY) -> LaunchParams:
         """These parameters as the performance model prices them: the knobs it cannot price
-        (MEASURED_ONLY) at their defaults."""
-        return replace(self, **{f.name: f.default for f in fields(self)
-                                if f.name in MEASURED_ONLY})
+        (``unpriced``, MEASURED_ONLY by default) at their defaults."""
+        return replace(self, **{f.name: f.default for f in fields(self) if f.name in unpriced})
 
     def non_default(self) -> dict[str, Any]:
         """The knobs set away from a plain launch's default, by name."""

@@ -15,7 +15,7 @@ from typing import Any
 from backends.contract import Measurement, Workload
 from backends.deployment import Deployment, DrafterSpec
 from backends.flags import LaunchTarget
-from backends.launch_params import MEASURED_ONLY, InvalidParams, LaunchParams
+from backends.launch_params import InvalidParams, LaunchParams
 from tuner import render
 
 # The launch knobs estimate takes: all of them (its own --gpus sets the node's size).
@@ -108,7 +108,10 @@ def show(req: EstimateRequest, rows: Sequence[Measurement], console=render.human
     for m in rows:
         render.note(f"  c={m.concurrency}: " + ", ".join(_part(m, k) for k in m.breakdown_ms),
                     console=console)
-    unpriced = sorted(k for k in req.launch().non_default() if k in MEASURED_ONLY)
+    from backends.perf_model.backend import unpriced_knobs
+
+    unknown = unpriced_knobs(req.measured_kernels)
+    unpriced = sorted(k for k in req.launch().non_default() if k in unknown)
     if unpriced:
         render.note(f"measured only: {', '.join(unpriced)} priced at the engine's defaults "
                     "(the model cannot tell them apart)", "yellow", console=console)

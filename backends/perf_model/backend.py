@@ -10,7 +10,7 @@ from backends.base import Backend, refusals
 from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
 from backends.flags import render_command, render_env
-from backends.launch_params import InvalidParams, LaunchParams
+from backends.launch_params import MEASURED_ONLY, InvalidParams, LaunchParams
 from backends.perf_model.acceptance import DrafterProfile, chain_acceptance, tree_acceptance
 from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
 from backends.perf_model.constants import Efficiency
@@ -20,6 +20,12 @@ from backends.perf_model.memory import plan_memory
 from backends.perf_model.predict import Setup, predict
 from backends.perf_model.step import Node
 from backends.session import Session
+
+
+def unpriced_knobs(measured_kernels: bool) -> frozenset[str]:
+    """The knobs the model prices at their defaults: MEASURED_ONLY, less the all-reduce path
+    where measured kernel tables time both paths."""
+    return MEASURED_ONLY - {"disable_custom_all_reduce"} if measured_kernels else MEASURED_ONLY
 
 
 class PerfModelBackend(Backend):
@@ -66,7 +72,7 @@ class PerfModelBackend(Backend):
         priced at their defaults, never guessed; ``best`` says so of a winner that sets them."""
         self._check(lp)
         self.flags(lp)  # the engine must be able to express it
-        lp = lp.priced()
+        lp = lp.priced(unpriced_knobs(self.node.kernels is not None))
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
         plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
         return Setup(self.node, self.model, self.drafter, lp, plan, self._acceptance(lp),

@@ -204,5 +204,6 @@ def _comm(node: Node, collectives: dict[str, Collectives], lp: LaunchParams, gra
     for key, c in collectives.items():
         kind, group = c.kind or key, c.group or lp.tp_size
         scale = imbalance if kind == "all_to_all" else 1.0
-        parts.append(collective(node, c, group, kind, graph, scale))
+        parts.append(collective(node, c, group, kind, graph,
+                                not lp.disable_custom_all_reduce, scale))
     return total(parts)

@@ -24,9 +24,10 @@ MEASURED, ROOFLINE, FITTED = "measured", "roofline", "fitted"
 # Routed-expert weights by bits a weight -> the MoE table dtype that runs them: Marlin W4A16
 # for INT4 checkpoints with group scales (Kimi K2.6), block-scaled FP8, bf16.
 _MOE_DTYPES = ((5.0, "int4_wo"), (8.0, "fp8_block"), (16.0, "bfloat16"))
-# The engines use their own one-shot all-reduce only where every GPU pair has a direct
-# high-bandwidth path (NVLink) or there are just two GPUs; on more PCIe GPUs they use NCCL. And
-# only for messages up to its buffer (8 MiB of bf16).
+# The engines' own one-shot / two-shot all-reduce, unless disabled (disable_custom_all_reduce):
+# vLLM uses it only where every GPU pair has NVLink or there are just two GPUs (NCCL on more
+# PCIe GPUs); SGLang also on PCIe GPUs with peer-to-peer access (its tables time it on 8 PCIe
+# GPUs). Either only for messages up to its buffer (8 MiB of bf16).
 CUSTOM_ALL_REDUCE_MAX_ELEMENTS = 4 * 1024 * 1024
 
 
@@ -168,15 +169,18 @@ def experts(node: Node, m: ModelArch, tokens: int, tp: int, ep: int,
 
 
 def collective(node: Node, c: Collectives, group: int, kind: str, graph: bool,
-               scale: float = 1.0) -> Term:
+               custom_all_reduce: bool = True, scale: float = 1.0) -> Term:
     """``c.count`` collectives of ``kind`` over ``group`` ranks, each ``c.nbytes`` (times
-    ``scale``: the busiest rank's share of an all-to-all)."""
+    ``scale``: the busiest rank's share of an all-to-all); ``custom_all_reduce``: the engine's
+    own all-reduce is allowed where it would use it."""
     if group <= 1:
         return Term(0.0, MEASURED)
     nbytes = c.nbytes * scale
     factor = 2.0 if kind == "all_reduce" else 1.0
     sol = c.count * node.wire_ms(factor * (group - 1) / group * nbytes)
-    ms = _collective_table(node.kernels, kind, nbytes / BF16_BYTES, group, graph, node.nvlink)
+    custom = custom_all_reduce and kind == "all_reduce" and (
+        node.nvlink or group == 2 or (node.kernels is not None and node.kernels.engine == "sglang"))
+    ms = _collective_table(node.kernels, kind, nbytes / BF16_BYTES, group, graph, custom)
     if ms is not None:
         return Term(c.count * ms, MEASURED, sol)
     each = (node.all_to_all_ms(nbytes, group) if kind == "all_to_all"
@@ -185,11 +189,10 @@ def collective(node: Node, c: Collectives, group: int, kind: str, graph: bool,
 
 
 def _collective_table(tables: KernelTables | None, kind: str, elements: float, group: int,
-                      graph: bool, nvlink: bool) -> float | None:
+                      graph: bool, custom: bool) -> float | None:
     if tables is None:
         return None
-    if (kind == "all_reduce" and (nvlink or group == 2)
-            and elements <= CUSTOM_ALL_REDUCE_MAX_ELEMENTS):
+    if custom and elements <= CUSTOM_ALL_REDUCE_MAX_ELEMENTS:
         ms = tables.custom_all_reduce_ms(elements, group, graph)
         if ms is not None:
             return ms

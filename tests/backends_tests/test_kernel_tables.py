@@ -131,3 +131,24 @@ def test_on_measured_kernels_dflash_wins_at_one_request_and_loses_at_peak_on_the
     for key in ("gemm", "moe", "attention", "comm"):
         assert level.breakdown_source[key] == "measured", key
     assert "measured" in level.breakdown_source["draft"]
+
+
+def test_with_measured_kernels_the_all_reduce_path_is_priced_from_both_tables():
+    """SGLang's own all-reduce and NCCL are both timed on 8 PCIe GPUs: with measured kernels the
+    model prices `disable_custom_all_reduce` from them (it differs), the roofline does not."""
+    from backends.contract import Workload
+    from backends.deployment import Deployment
+    from backends.flags import LaunchTarget
+    from backends.launch_params import LaunchParams
+    from backends.perf_model.backend import PerfModelBackend
+
+    target = LaunchTarget(model_path="/m/t", drafter_path="/m/d")
+    workload = Workload(1024, 512, (1, 64))
+    for measured in (True, False):
+        backend = PerfModelBackend(Deployment(gpu="rtx-pro-6000-server", gpus=8,
+                                              model="kimi-k2.6", target=target,
+                                              measured_kernels=measured))
+        comm = [[level.breakdown_ms["comm"] for level in backend.measure(
+            LaunchParams(tp_size=8, disable_custom_all_reduce=off), workload)]
+            for off in (False, True)]
+        assert (comm[0] != comm[1]) is measured, measured
