@@ -32,7 +32,7 @@ def server_info(options: ServeOptions):
     """What the front end needs of the model: names, tokenizer, limits (configs only)."""
     from tokenizers import Tokenizer
 
-    from backends.dflash_server.protocol import ServerInfo
+    from backends.dflash_server.protocol import ServerInfo, prompt_char_limit
     from dflash_core.models.architectures import target_config
     from dflash_core.models.config import read_config
 
@@ -41,7 +41,7 @@ def server_info(options: ServeOptions):
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       _launch_card(options),
                       target_config(read_config(options.target)).vocab_size,
-                      _model_names(options))
+                      _model_names(options), prompt_char_limit(tokenizer, options.max_context))
 
 
 def _launch_card(options: ServeOptions) -> dict:
