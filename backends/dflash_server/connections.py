@@ -58,48 +58,60 @@ def connection_cap(wanted: int) -> int:
 
 def guarded_protocol(max_connections: int, header_timeout: float,
                      throttled: Throttled) -> type[H11Protocol]:
+    waiting: dict[H11Protocol, None] = {}  # connections with no request in progress, oldest first
+
     class GuardedProtocol(H11Protocol):
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self.idle_since = time.monotonic()
-            self.deadline = self.loop.call_later(header_timeout, self._headers_late)
+            self.deadline = None
+            self._wait()
             if len(self.connections) > max_connections:
                 self._make_room()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self.deadline.cancel()
+            self._stop_waiting()
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
             super().handle_events()
             if not self.idle():  # the request's headers are in
-                self.deadline.cancel()
+                self._stop_waiting()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            self.idle_since = time.monotonic()
-            self.deadline.cancel()
-            self.deadline = self.loop.call_later(header_timeout, self._headers_late)
+            if self.idle() and not self.transport.is_closing():
+                self._wait()
 
         def idle(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
 
+        def _wait(self) -> None:
+            self._stop_waiting()
+            waiting[self] = None
+            self.deadline = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _stop_waiting(self) -> None:
+            waiting.pop(self, None)
+            if self.deadline is not None:
+                self.deadline.cancel()
+
         def _headers_late(self) -> None:
-            if self.idle() and not self.transport.is_closing():
-                throttled.warn(f"closed connections that sent no complete request headers "
-                               f"within {header_timeout:g} s")
-                self.transport.close()
+            throttled.warn(f"closed connections that sent no complete request headers within "
+                           f"{header_timeout:g} s")
+            self._close()
+
+        def _close(self) -> None:
+            self._stop_waiting()
+            self.transport.close()
 
         def _make_room(self) -> None:
-            idle = [c for c in self.connections if c is not self and c.idle()
-                    and not c.transport.is_closing()]
-            if idle:
+            oldest = next(iter(waiting))
+            if oldest is not self:
                 throttled.warn(f"{max_connections} connections open: closing the oldest idle "
                                "one for each new one")
-                min(idle, key=lambda c: c.idle_since).transport.close()
             else:
                 throttled.warn(f"{max_connections} connections open, all busy: refusing new ones")
-                self.transport.close()
+            oldest._close()
 
     return GuardedProtocol
 

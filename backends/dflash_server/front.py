@@ -109,6 +109,7 @@ def _front_server(config, model: str, drain, throttled):
     signal again once it has stopped (uvicorn's habit: the process would die of it, exit -15)."""
     import asyncio
     import contextlib
+    import gc
 
     import uvicorn
 
@@ -120,6 +121,9 @@ def _front_server(config, model: str, drain, throttled):
             await super().startup(sockets)
             if self.started:
                 deepen_backlog([s for server in self.servers for s in server.sockets])
+                # What startup loaded (torch, the tokenizer) is never garbage: out of the
+                # collector's sight, a full collection under a burst of connections is short.
+                gc.freeze()
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 shown = f"[{host}]" if ":" in host else host
                 print(f"dflash-tune serve: listening on http://{shown}:{port} (model {model})",
