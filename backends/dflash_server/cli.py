@@ -94,18 +94,24 @@ def serve(
 
 
 def main() -> None:
-    # A refused configuration ends in its plain traceback (Rich's boxed one splits lines): the
-    # "...Error: ..." line is what the failure classifier reads from a server's log, as it does
-    # from any engine's.
-    # A setting the user can fix is one line and exit 2, as `dflash-tune serve` prints it.
+    """A setting the user can fix (a UserError, or an option click cannot parse) is one line
+    and exit 2; anything else ends in its plain traceback (Rich's boxed one splits lines). The
+    "...Error: ..." line is what the failure classifier reads from a server's log, as it does
+    from any engine's."""
     from backends.errors import is_user_error
 
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(serve)
     try:
-        app()
+        sys.exit(app(standalone_mode=False))
+    except typer.TyperException as error:  # click's: an unknown option, a value it cannot parse
+        _refuse(f"{type(error).__name__}: {error.format_message()}")
     except Exception as error:
         if not is_user_error(error):
             raise
-        print(f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        _refuse(f"{type(error).__name__}: {error}")
+
+
+def _refuse(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(2)

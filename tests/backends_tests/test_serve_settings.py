@@ -23,6 +23,8 @@ COMMANDS = {"tuner": ["-m", "tuner", "serve"], "server": ["-m", "backends.dflash
     ("server", ["--max-context", "5000"], "past the target's max_position_embeddings, 4096"),
     ("tuner", ["--max-body-bytes", "0"], "--max-body-bytes must be a positive number"),
     ("server", ["--header-timeout", "-1"], "--header-timeout must be a positive number"),
+    ("tuner", ["--max-context", "1e9"], "Invalid value for '--max-context'"),
+    ("server", ["--max-context", "1e9"], "Invalid value for '--max-context'"),
 ])
 def test_a_setting_the_server_cannot_run_with_is_one_line_and_exit_2(command, flags, reason):
     run = subprocess.run(
