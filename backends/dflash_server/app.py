@@ -139,7 +139,7 @@ async def _stream(ticket: Ticket, reply: Reply, drain: Drain) -> AsyncIterator[s
         while reply.finish is None:
             text, logprobs = await asyncio.to_thread(reply.add, await ticket.events.get())
             if reply.finish == "error":
-                yield _sse(error_body(reply.error, 500, "InternalServerError"))
+                yield _sse(error_body(reply.error, *_failure(reply.error)))
                 break
             if text or logprobs or reply.finish:
                 yield _sse(reply.chunk(text, logprobs))
@@ -156,7 +156,7 @@ async def _collect(ticket: Ticket, reply: Reply) -> Response:
     while reply.finish is None:
         await asyncio.to_thread(reply.add, await ticket.events.get())
     if reply.finish == "error":
-        return _error(reply.error, 500, "InternalServerError")
+        return _error(reply.error, *_failure(reply.error))
     return JSONResponse(reply.whole())
 
 
@@ -179,6 +179,12 @@ async def _disconnected(request: Request) -> None:
     # The body has been read, so the next message a server sends is the disconnect.
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _failure(message: str) -> tuple[int, str]:
+    """The status of a request the engine failed: 503 when the server is stopping."""
+    return (503, "ServiceUnavailableError") if message == STOPPING else \
+        (500, "InternalServerError")
 
 
 def _error(message: str, status: int, kind: str = "invalid_request_error",

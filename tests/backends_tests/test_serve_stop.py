@@ -68,7 +68,8 @@ def test_sigterm_refuses_new_requests_ends_streams_cleanly_and_exits_0(served):
         assert refused.status_code == 503 and "shutting down" in refused.text
         lines = stream.result(timeout=30)
     assert lines[-1] == "[DONE]"
-    assert "shutting down" in json.loads(lines[-2])["error"]["message"]
+    error = json.loads(lines[-2])["error"]
+    assert "shutting down" in error["message"] and error["code"] == 503
     assert _exit_code(served, 20) == 0
     log = served.log_path.read_text()
     assert log.rstrip().endswith("dflash-tune serve: stopped"), log[-2000:]
