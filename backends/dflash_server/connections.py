@@ -53,7 +53,11 @@ def connection_cap(wanted: int) -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(1, min(wanted, soft - FD_RESERVE - IN_FLIGHT_BATCHES * ACCEPT_BATCH))
+    room = max(1, soft - FD_RESERVE - IN_FLIGHT_BATCHES * ACCEPT_BATCH)
+    if room < wanted:
+        log.warning("--max-connections %d lowered to %d: the open-file limit is %d", wanted,
+                    room, soft)
+    return min(wanted, room)
 
 
 def guarded_protocol(max_connections: int, header_timeout: float,
