@@ -63,11 +63,13 @@ def build_app(loop: EngineDoor, info: ServerInfo, intake: Intake | None = None,
         return PlainTextResponse(render_metrics(loop.counters),
                                  media_type="text/plain; version=0.0.4")
 
+    door = Door(loop, info, intake, drain)
+
     async def completions(request: Request) -> Response:
-        return await _generate(request, Door(loop, info, intake, drain), chat=False)
+        return await _generate(request, door, chat=False)
 
     async def chat(request: Request) -> Response:
-        return await _generate(request, Door(loop, info, intake, drain), chat=True)
+        return await _generate(request, door, chat=True)
 
     return Starlette(routes=[
         Route("/health", health), Route("/v1/models", models), Route("/metrics", metrics),
@@ -97,6 +99,8 @@ async def _generate(request: Request, door: Door, chat: bool) -> Response:
         return _error(str(error), error.status, param=error.param)
     except ClientDisconnect:  # it left mid-body: nobody to answer, nothing to log
         return Response(status_code=CLIENT_CLOSED)
+    if door.drain.draining:  # the server began to stop while the body arrived
+        return _error(STOPPING, 503, "ServiceUnavailableError")
     ticket = Ticket(job.prompt, job.sampling, asyncio.get_running_loop(), job.top_logprobs)
     try:
         door.loop.submit(ticket)
