@@ -119,8 +119,8 @@ async def _generate(request: Request, door: Door, chat: bool) -> Response:
 
 
 async def _job(request: Request, door: Door, chat: bool) -> Job:
-    raw = await door.intake.body(request)
-    return await asyncio.to_thread(_parsed, raw, door, chat)
+    async with door.intake.body(request) as raw:
+        return await asyncio.to_thread(_parsed, raw, door, chat)
 
 
 def _parsed(raw: bytes, door: Door, chat: bool) -> Job:
@@ -193,8 +193,8 @@ def _failure(message: str) -> tuple[int, str]:
 
 def _error(message: str, status: int, kind: str = "invalid_request_error",
            param: str | None = None) -> JSONResponse:
-    # A body refused unread (413, 408) ends its connection: the rest of it is not worth reading.
-    headers = {"connection": "close"} if status in (408, 413) else None
+    # A body refused unread (413, 408, 503) ends its connection: the rest is not worth reading.
+    headers = {"connection": "close"} if status in (408, 413, 503) else None
     return JSONResponse(error_body(message, status, kind, param), status_code=status,
                         headers=headers)
 
