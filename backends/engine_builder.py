@@ -89,6 +89,12 @@ def open_engine(launch: LaunchParams, checkpoints: Checkpoints, runtime: EngineR
         ranks.close()
 
 
+def speculation(launch: LaunchParams, checkpoints: Checkpoints):
+    """The Spec an engine for ``launch`` runs (from the configs alone; nothing is loaded)."""
+    drafter_dir = checkpoints.drafter if launch.speculative else None
+    return _spec(launch, read_drafter_config(drafter_dir) if drafter_dir else None)
+
+
 def read_configs(target_dir: Path, drafter_dir: Path | None) -> tuple[Any, Any | None]:
     """The target's config (Qwen3 or DeepSeek) and the drafter's, from their config.json
     alone: over several ranks this process loads no full model."""

@@ -68,12 +68,7 @@ def check_fits(target: Any, drafter: Any | None, spec: Any, batch: int, max_cont
                elem_bytes: int, free_bytes: int) -> None:
     """InvalidParams when the tree budget is past the cap, WontFit when the engine would need
     more memory than ``free_bytes``; each names the knob to lower."""
-    cap = max(MIN_BUDGET_CAP, max_context)
-    if spec.method == "ddtree" and spec.budget > cap:
-        raise InvalidParams(
-            f"speculative_ddtree_budget {spec.budget} is past the largest tree the engine "
-            f"verifies, {cap} nodes (the larger of {MIN_BUDGET_CAP} and the longest context, "
-            f"{max_context} tokens): a bigger verify costs more than prefilling the whole context")
+    check_tree(spec, max_context)
     need = estimate(target, drafter, spec, batch, max_context, elem_bytes)
     if need.total > free_bytes:
         tree = "speculative_ddtree_budget, " if spec.method == "ddtree" else ""
@@ -82,6 +77,29 @@ def check_fits(target: Any, drafter: Any | None, spec: Any, batch: int, max_cont
             f"{need.kv_cache / GB:.1f} GB, one verify round {need.verify / GB:.1f} GB) and "
             f"{free_bytes / GB:.1f} GB are free: lower {tree}the running requests, the "
             "prompts or the tokens to generate")
+
+
+def check_tree(spec: Any, max_context: int) -> None:
+    """InvalidParams when the tree budget is past the largest tree worth verifying."""
+    cap = max(MIN_BUDGET_CAP, max_context)
+    if spec.method == "ddtree" and spec.budget > cap:
+        raise InvalidParams(
+            f"speculative_ddtree_budget {spec.budget} is past the largest tree the engine "
+            f"verifies, {cap} nodes (the larger of {MIN_BUDGET_CAP} and the longest context, "
+            f"{max_context} tokens): a bigger verify costs more than prefilling the whole context")
+
+
+def check_serving_context(max_context: int, positions: int | None, spec: Any) -> None:
+    """A server's max_context must hold a prompt token and a whole verify window (less, and
+    every request is refused), and no more positions than the target was trained for."""
+    check_tree(spec, max_context)  # a tree past the cap: that, not the context, is to change
+    least = 1 + spec.num_nodes
+    if max_context < least:
+        raise UserError(f"--max-context {max_context} is below {least}: a request needs a prompt "
+                        f"token and a verify window of {spec.num_nodes} tokens")
+    if positions is not None and max_context > positions:
+        raise UserError(f"--max-context {max_context} is past the target's "
+                        f"max_position_embeddings, {positions}")
 
 
 def free_memory(device: str) -> int:

@@ -356,10 +356,20 @@ fixtures_app.command("random")(engine_cli.fixtures_random)
 
 
 def main() -> None:
-    """Entry point: an error the user can fix is one line and its exit code; anything else is a
-    bug: a short message and exit 1, its traceback under --debug."""
+    """Entry point: an error the user can fix is one line and its exit code (an option the
+    parser refuses too); anything else is a bug: a short message and exit 1, its traceback
+    under --debug."""
     try:
-        app()
+        code = app(standalone_mode=False)  # the parser's errors come here, not to its box
+    except typer.Exit as stop:  # Ctrl-C
+        sys.exit(stop.exit_code)
+    except typer.TyperException as err:  # click's: a usage error, or help with no arguments
+        message = err.format_message()
+        if "\n" in message:
+            err.show()
+        else:
+            render.error(message)
+        sys.exit(err.exit_code)
     except Exception as err:
         if os.environ.get(DEBUG_ENV) == "1":
             raise
@@ -371,4 +381,6 @@ def main() -> None:
             sys.exit(1)
         for line in str(err).splitlines() or [type(err).__name__]:
             render.error(line)
+        sys.exit(code)
+    if isinstance(code, int):  # a command's typer.Exit(code); its return value otherwise
         sys.exit(code)

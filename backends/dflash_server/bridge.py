@@ -26,7 +26,7 @@ from backends.dflash_server.loop import EngineLoop, Event, Ticket
 log = logging.getLogger("dflash_tune.serve")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # a Ticket is itself, not its fields
 class RemoteTicket(Ticket):
     """A front-end request as the engine loop sees it: events go to the bridge's outbox."""
 

@@ -5,12 +5,14 @@ so what the tuner renders is exactly what this parses."""
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from backends.dflash_server import options as serve_options
 from backends.flags.dflash import FLAGS
 from backends.launch_cli import ENGINE_DEFAULTS, ENGINE_DERIVED, launch_options
 from backends.launch_params import SPECULATION_KNOBS
@@ -60,27 +62,56 @@ def serve(
         threads: Annotated[int | None, typer.Option(min=1, help=(
             "Torch threads of the engine on a CPU. Default: OMP_NUM_THREADS if set, else "
             "one per core but one, which is left to the HTTP front end."))] = None,
+        max_body_bytes: Annotated[int, typer.Option(help=(
+            "Largest request body taken; a larger one is a 413, refused from its "
+            "Content-Length before it is read."))] = serve_options.MAX_BODY_BYTES,
+        max_connections: Annotated[int, typer.Option(help=(
+            "Open connections kept; past it the oldest idle one is closed for each new one. "
+            "Lowered to the open-file limit less 64 if that is smaller."))] =
+        serve_options.MAX_CONNECTIONS,
+        header_timeout: Annotated[float, typer.Option(help=(
+            "Seconds a connection may take to send a request's headers before it is "
+            "closed."))] = serve_options.HEADER_TIMEOUT_S,
+        body_timeout: Annotated[float, typer.Option(help=(
+            "Seconds a request may take to send its body (a 408 after)."))] =
+        serve_options.BODY_TIMEOUT_S,
         *, launch: dict[str, Any]) -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
 
     require_engine()
-    from backends.dflash_server.launch import ServeOptions
     from backends.dflash_server.launch import serve as run_server
     from backends.engine_builder import EngineRuntime
     from backends.launch_cli import engine_launch
 
-    run_server(ServeOptions(
+    run_server(serve_options.ServeOptions(
         target, drafter, engine_launch(launch, drafter),
         EngineRuntime(device, dtype, compile, threads), max_context=max_context, host=host,
         port=port, served_model_name=served_model_name, seed=seed, log_level=log_level.value,
-        engine_thread=engine_thread))
+        engine_thread=engine_thread, max_body_bytes=max_body_bytes,
+        max_connections=max_connections, header_timeout=header_timeout,
+        body_timeout=body_timeout))
 
 
 def main() -> None:
-    # A refused configuration ends in its plain traceback (Rich's boxed one splits lines): the
-    # "...Error: ..." line is what the failure classifier reads from a server's log, as it does
-    # from any engine's.
+    """A setting the user can fix (a UserError, or an option click cannot parse) is one line
+    and exit 2; anything else ends in its plain traceback (Rich's boxed one splits lines). The
+    "...Error: ..." line is what the failure classifier reads from a server's log, as it does
+    from any engine's."""
+    from backends.errors import is_user_error
+
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(serve)
-    app()
+    try:
+        sys.exit(app(standalone_mode=False))
+    except typer.TyperException as error:  # click's: an unknown option, a value it cannot parse
+        _refuse(f"{type(error).__name__}: {error.format_message()}")
+    except Exception as error:
+        if not is_user_error(error):
+            raise
+        _refuse(f"{type(error).__name__}: {error}")
+
+
+def _refuse(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(2)

@@ -15,13 +15,12 @@ from backends.dflash_server.options import ServeOptions
 def run_front(options: ServeOptions, conn: Connection) -> None:
     """Serve the app over `conn`'s engine until stopped; exit 1 if the engine process went
     away first (the tuner reads a crash) or uvicorn could not start."""
-    from backends.dflash_server.app import build_app
     from backends.dflash_server.client import EngineClient
 
     configure_logging(options.log_level)
     info = server_info(options)
     client = EngineClient(conn, info, on_lost=lambda: setattr(server, "should_exit", True))
-    server = uvicorn_server(options, build_app(client, info), info.model_name)
+    server = http_server(options, client, info)
     client.start()
     server.run()
     if client.lost or not server.started:
@@ -32,7 +31,7 @@ def server_info(options: ServeOptions):
     """What the front end needs of the model: names, tokenizer, limits (configs only)."""
     from tokenizers import Tokenizer
 
-    from backends.dflash_server.protocol import ServerInfo
+    from backends.dflash_server.protocol import ServerInfo, prompt_char_limit
     from dflash_core.models.architectures import target_config
     from dflash_core.models.config import read_config
 
@@ -41,7 +40,7 @@ def server_info(options: ServeOptions):
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       _launch_card(options),
                       target_config(read_config(options.target)).vocab_size,
-                      _model_names(options))
+                      _model_names(options), prompt_char_limit(tokenizer, options.max_context))
 
 
 def _launch_card(options: ServeOptions) -> dict:
@@ -51,14 +50,29 @@ def _launch_card(options: ServeOptions) -> dict:
     return {k: str(v) if isinstance(v, Path) else v for k, v in card.items()}
 
 
-def uvicorn_server(options: ServeOptions, app, model_name: str | None = None):
-    """A uvicorn Server for `app` as the options say; `run()` serves until it is stopped (or
-    its `should_exit` is set)."""
+def http_server(options: ServeOptions, door, info):
+    """A uvicorn Server of the app over `door` (the engine) as the options say; `run()` serves
+    until it is stopped (or its `should_exit` is set), then drains (drain.py)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=options.host, port=options.port,
-                            log_level=options.log_level, timeout_graceful_shutdown=5)
-    return _announcing_server(config, model_name or _model_names(options)[0])
+    from backends.dflash_server.app import build_app
+    from backends.dflash_server.connections import (
+        ACCEPT_BATCH,
+        Throttled,
+        connection_cap,
+        guarded_protocol,
+    )
+    from backends.dflash_server.drain import Drain
+    from backends.dflash_server.intake import Intake
+
+    drain, throttled = Drain(), Throttled()
+    app = build_app(door, info, Intake(options.max_body_bytes, options.body_timeout), drain)
+    protocol = guarded_protocol(connection_cap(options.max_connections),
+                                options.header_timeout, throttled)
+    config = uvicorn.Config(app, host=options.host, port=options.port, http=protocol,
+                            backlog=ACCEPT_BATCH, log_level=options.log_level,
+                            timeout_graceful_shutdown=5)
+    return _front_server(config, info.model_name, drain, throttled)
 
 
 def _model_names(options: ServeOptions) -> tuple[str, ...]:
@@ -88,18 +102,43 @@ def configure_logging(level: str) -> None:
     ours.setLevel("DEBUG" if level == "trace" else level.upper())
 
 
-def _announcing_server(config, model: str):
+def _front_server(config, model: str, drain, throttled):
     """A uvicorn Server that prints where it listens once its sockets are bound (so a port 0
-    shows the real one), whatever the log level; a bind that fails prints uvicorn's error."""
+    shows the real one), whatever the log level (a bind that fails prints uvicorn's error);
+    that drains before it stops; and that, stopped by a signal, returns instead of raising the
+    signal again once it has stopped (uvicorn's habit: the process would die of it, exit -15)."""
+    import asyncio
+    import contextlib
+    import gc
+
     import uvicorn
 
-    class AnnouncingServer(uvicorn.Server):
+    from backends.dflash_server.connections import deepen_backlog, quiet_accept_errors
+
+    class FrontServer(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
+            quiet_accept_errors(asyncio.get_running_loop(), throttled)
             await super().startup(sockets)
             if self.started:
+                deepen_backlog([s for server in self.servers for s in server.sockets])
+                # What startup loaded (torch, the tokenizer) is never garbage: out of the
+                # collector's sight, a full collection under a burst of connections is short.
+                gc.freeze()
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 shown = f"[{host}]" if ":" in host else host
                 print(f"dflash-tune serve: listening on http://{shown}:{port} (model {model})",
                       file=sys.stderr, flush=True)
 
-    return AnnouncingServer(config)
+        async def on_tick(self, counter: int) -> bool:
+            stop = await super().on_tick(counter)
+            return stop and (self.force_exit or drain.settled())
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self._captured_signals.clear()  # a stop signal ends run(), not the process
+
+    return FrontServer(config)

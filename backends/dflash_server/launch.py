@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from backends.dflash_server.front import configure_logging, server_info, uvicorn_server
+from backends.dflash_server.front import configure_logging, http_server, server_info
 from backends.dflash_server.options import ServeOptions
 from backends.engine_builder import open_engine
 
@@ -55,6 +55,7 @@ def build_loop(options: ServeOptions, stack: contextlib.ExitStack | None = None,
 def serve(options: ServeOptions) -> None:
     """Serve until stopped: the engine here, the front end in its own process (front.py), or
     both in this one with `engine_thread`."""
+    options.check()
     configure_logging(options.log_level)
     if options.runtime.device == "cpu":  # this process's engine; ranks (tp > 1) set their own
         import torch
@@ -70,15 +71,14 @@ def serve(options: ServeOptions) -> None:
             code = serve_engine(options, stack)
             if code:
                 sys.exit(code)
+    print("dflash-tune serve: stopped", file=sys.stderr, flush=True)
 
 
 def _serve_in_process(options: ServeOptions, stack: contextlib.ExitStack) -> None:
-    from backends.dflash_server.app import build_app
-
     loop, info = build(options, stack)
     loop.start()
     try:
-        uvicorn_server(options, build_app(loop, info)).run()
+        http_server(options, loop, info).run()
     finally:
         loop.stop()
 

@@ -47,7 +47,7 @@ class Event:
     error: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True, eq=False)  # the Drain holds them in a WeakSet
 class Ticket:
     prompt: list[int]
     sampling: SamplingParams

@@ -6,8 +6,19 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends.engine_builder import Checkpoints, EngineRuntime
+from backends.engine_builder import Checkpoints, EngineRuntime, speculation
+from backends.engine_limits import check_serving_context
+from backends.errors import UserError
 from backends.launch_params import LaunchParams
+
+MAX_PORT = 65535
+# Hostile clients: a body past MAX_BODY_BYTES is a 413; a connection that has not sent its request
+# headers within HEADER_TIMEOUT_S, or its body within BODY_TIMEOUT_S, is dropped (408 for the
+# body); past MAX_CONNECTIONS open ones, the oldest idle one is closed for each new one.
+MAX_BODY_BYTES = 16 * 2**20  # a prompt of 100k+ tokens, JSON-escaped, fits several times
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 1000  # lowered to what the open-file limit leaves, if below
 
 
 @dataclass(slots=True)
@@ -27,6 +38,27 @@ class ServeOptions:
     seed: int = 0
     log_level: str = "warning"  # uvicorn's levels; "info" adds the access log
     engine_thread: bool = False  # the engine loop as a thread of the HTTP process (no split)
+    max_body_bytes: int = MAX_BODY_BYTES
+    header_timeout: float = HEADER_TIMEOUT_S
+    body_timeout: float = BODY_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
+
+    def check(self) -> None:
+        """A UserError (one line) for a setting the server cannot run with, before anything is
+        loaded or bound."""
+        from dflash_core.models.config import read_config
+
+        if not 0 <= self.port <= MAX_PORT:
+            raise UserError(f"--port must be 0..{MAX_PORT}, got {self.port}")
+        for flag, value in (("--max-body-bytes", self.max_body_bytes),
+                            ("--max-connections", self.max_connections),
+                            ("--header-timeout", self.header_timeout),
+                            ("--body-timeout", self.body_timeout)):
+            if not 0 < value < float("inf"):
+                raise UserError(f"{flag} must be a positive number, got {value}")
+        positions = read_config(self.target).get("max_position_embeddings")
+        check_serving_context(self.max_context, positions,
+                              speculation(self.launch, self.checkpoints))
 
     @property
     def checkpoints(self) -> Checkpoints:

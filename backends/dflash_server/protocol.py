@@ -18,15 +18,21 @@ from backends.dflash_server.logprobs import MAX_TOP_LOGPROBS
 from dflash_core import SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default
+# Stop strings are matched on the event loop after every round: bounded as the OpenAI API bounds
+# them (it takes 4), so a request cannot make that matching cost more than a round.
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
 # Below this a temperature is greedy in effect, and dividing logits by it overflows float32;
 # vLLM and SGLang treat it as greedy too.
 GREEDY_BELOW = 1e-5
 
 
 class BadRequest(ValueError):
-    def __init__(self, message: str, param: str | None = None) -> None:
+    """A request refused with `status` (400; 413 or 408 for a body too large or too slow)."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
         super().__init__(message)
-        self.param = param
+        self.param, self.status = param, status
 
 
 class UnknownModel(LookupError):
@@ -43,6 +49,9 @@ class ServerInfo:
     vocab_size: int = 0  # 0: unknown (stop_token_ids are then checked only for sign)
     # Names a request's `model` may carry (the served name first); empty: any.
     model_names: tuple[str, ...] = ()
+    # A prompt text longer than this cannot fit in max_context tokens, so it is refused before
+    # it is tokenised (prompt_char_limit); None: no such check.
+    max_prompt_chars: int | None = None
 
 
 @dataclass(slots=True)
@@ -83,7 +92,7 @@ def _prompt(body: dict, info: ServerInfo) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return info.tokenizer.encode(prompt).ids
+        return _encode(prompt, info, "prompt")
     if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
         return prompt
     raise BadRequest("prompt must be a string or a non-empty list of token ids (one prompt)",
@@ -97,7 +106,32 @@ def _chat_prompt(body: dict, info: ServerInfo) -> list[int]:
         raise BadRequest("messages must be a non-empty list", "messages")
     text = "".join(f"<|{role}|>\n{content}\n"
                    for role, content in (_message(i, m) for i, m in enumerate(messages)))
-    return info.tokenizer.encode(text + "<|assistant|>\n").ids
+    return _encode(text + "<|assistant|>\n", info, "messages")
+
+
+def _encode(text: str, info: ServerInfo, param: str) -> list[int]:
+    if info.max_prompt_chars is not None and len(text) > info.max_prompt_chars:
+        raise BadRequest(f"the {param} is {len(text)} characters: more than max_context "
+                         f"({info.max_context}) tokens can hold", param)
+    return info.tokenizer.encode(_text(text, param)).ids
+
+
+def _text(text: str, param: str) -> str:
+    """`text`, or a BadRequest if it holds a lone surrogate (valid JSON, not Unicode text)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{param} holds a lone surrogate (an unpaired \\ud800-\\udfff escape); "
+                         "it is not valid Unicode text", param) from None
+    return text
+
+
+def prompt_char_limit(tokenizer, max_context: int) -> int:
+    """Characters past which a prompt surely has more than max_context tokens: every token
+    covers at most its longest vocabulary entry, and a normaliser may shrink the text up to
+    fourfold (compositions) before it is split."""
+    longest = max(map(len, tokenizer.get_vocab(with_added_tokens=True)), default=1)
+    return max_context * longest * 4
 
 
 def _message(i: int, message: object) -> tuple[str, str]:
@@ -132,10 +166,20 @@ def _sampling(body: dict, info: ServerInfo, chat: bool) -> SamplingParams:
     top_k = _int(body, "top_k", 0, -1)  # -1: off, as in vLLM and SGLang
     try:
         return SamplingParams(temperature=0.0 if temperature < GREEDY_BELOW else temperature,
-                              top_k=max(top_k, 0), top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+                              top_k=max(top_k, 0), top_p=_top_p(body),
                               max_tokens=max_tokens, stop_token_ids=stops)
     except ValueError as error:  # what the engine's tensors cannot hold (1e39, 2**64, ...)
         raise BadRequest(str(error), str(error).split()[0]) from None
+
+
+def _top_p(body: dict) -> float:
+    """In (0, 1], the engine's range: 0 would keep no token."""
+    value = body.get("top_p")
+    if value is None:
+        return 1.0
+    if type(value) not in (int, float) or not 0 < _float(value) <= 1:
+        raise BadRequest(f"top_p must be a finite number in (0, 1], got {value!r:.40}", "top_p")
+    return float(value)
 
 
 def _stop_ids(body: dict, info: ServerInfo) -> list[int]:
@@ -153,10 +197,12 @@ def _stop_ids(body: dict, info: ServerInfo) -> list[int]:
 def _stops(body: dict) -> tuple[str, ...]:
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise BadRequest("stop must be a non-empty string or a list of them (token ids go in "
-                         "stop_token_ids)", "stop")
-    return tuple(stops)
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(
+            isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops):
+        raise BadRequest(f"stop must be a string or a list of at most {MAX_STOPS} strings, each "
+                         f"1..{MAX_STOP_CHARS} characters (token ids go in stop_token_ids)",
+                         "stop")
+    return tuple(_text(s, "stop") for s in stops)
 
 
 def _top_logprobs(body: dict, chat: bool) -> int | None:

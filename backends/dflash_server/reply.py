@@ -44,17 +44,24 @@ class Reply:
         """Append tokens up to the first stop string -> (how many were kept, the decoded text
         cut before the stop string, whether one was found)."""
         decode = self.info.tokenizer.decode
-        if not self.job.stops:
+        full = decode(self.tokens + tokens)
+        if self._stop_cut(full) is None:  # the usual case: one decode for the whole event
             self.tokens += tokens
-            return len(tokens), decode(self.tokens), False
+            return len(tokens), full, False
         for kept, token in enumerate(tokens, 1):  # token by token: the stop ends the reply
             self.tokens.append(token)
             full = decode(self.tokens)
-            # Nothing sent can hold a stop's start (see _settled), so search the unsent tail.
-            cuts = [c for c in (full.find(s, len(self.text)) for s in self.job.stops) if c >= 0]
-            if cuts:
-                return kept, full[:min(cuts)], True
-        return len(tokens), decode(self.tokens), False
+            cut = self._stop_cut(full)
+            if cut is not None:
+                return kept, full[:cut], True
+        return len(tokens), full, False
+
+    def _stop_cut(self, full: str) -> int | None:
+        """Where the first stop string starts in `full`, if one does. Nothing sent can hold a
+        stop's start (see _settled), so only the unsent tail is searched: the new text and at
+        most the longest stop's length before it."""
+        cuts = [c for c in (full.find(s, len(self.text)) for s in self.job.stops) if c >= 0]
+        return min(cuts) if cuts else None
 
     def _settled(self, full: str) -> str:
         """The part of `full` that can be sent while more tokens may follow: not a character

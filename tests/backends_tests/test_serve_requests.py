@@ -93,10 +93,12 @@ def test_chat_content_given_as_text_parts_is_read(served):
     ("temperature", 10**400, "temperature must be a finite number"),
     ("top_k", 2**64, "int64"),
     ("top_k", -2, "top_k must be an integer >= -1"),
-    ("top_p", 0, "top_p must be in (0, 1]"),
-    ("top_p", 1.5, "top_p must be a finite number in [0, 1]"),
-    ("stop", 7, "stop must be a non-empty string"),
-    ("stop", [""], "stop must be a non-empty string"),
+    ("top_p", 0, "top_p must be a finite number in (0, 1]"),
+    ("top_p", 1.5, "top_p must be a finite number in (0, 1]"),
+    ("stop", 7, "stop must be a string or a list"),
+    ("stop", [""], "each 1..256 characters"),
+    ("stop", ["x"] * 17, "at most 16 strings"),
+    ("stop", ["x" * 257], "each 1..256 characters"),
     ("stop_token_ids", [1, 10**6], "stop_token_ids must be a list of token ids in 0..2047"),
     ("stream", "yes", "stream must be true or false"),
     ("stream_options", "x", "stream_options must be an object"),
@@ -107,6 +109,23 @@ def test_a_value_out_of_type_or_range_is_a_400_naming_it(served, field, value, r
     client, *_ = served
     error = _refused(client, _greedy(**{field: value}))
     assert reason in error["message"] and error["param"] == field
+
+
+@pytest.mark.parametrize("field, value", [
+    ("prompt", "a\ud800b"), ("stop", ["\ud800"]),
+    ("messages", [{"role": "user", "content": "\udfff"}])])
+def test_a_lone_surrogate_is_a_400_json_error(served, field, value):
+    client, *_ = served
+    body = {**_greedy(), field: value}
+    path = "/v1/chat/completions" if field == "messages" else "/v1/completions"
+    error = _refused(client, None, path=path, raw=json.dumps(body))  # ascii: valid JSON
+    assert "lone surrogate" in error["message"] and error["param"] == field
+
+
+def test_a_prompt_too_long_in_characters_is_refused_before_it_is_tokenised(served):
+    client, _, info = served
+    error = _refused(client, _greedy(prompt="x" * (info.max_prompt_chars + 1)))
+    assert "characters: more than max_context (256) tokens can hold" in error["message"]
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
