@@ -5,8 +5,11 @@ defaults are not: a listen backlog for a burst of readers (the default 5 drops c
 clients retry seconds later), a timeout on every connection (a client that connects and sends
 nothing would hold its thread for ever) and silence for clients that leave early (each was a
 15-line traceback). An ASGI server would do the same behind an optional dependency; the core
-install has no ASGI server. The page reloads itself every ``refresh_s`` seconds; a reload rebuilds the report only when the DB changed (new trials, a
-nightly run) or the cached copy is ``refresh_s`` old, so idle readers cost one cheap query.
+install has no ASGI server.
+
+The page reloads itself every ``refresh_s`` seconds; a reload rebuilds the report only when the
+DB changed (new trials, a nightly run) or the cached copy is ``refresh_s`` old, so idle readers
+cost one cheap query.
 
 Requests are answered only under the names the server is reached by (the bound host, localhost,
 127.0.0.1, with the port): a page on another site whose DNS name is rebound to 127.0.0.1 sends its
