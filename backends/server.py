@@ -259,13 +259,16 @@ def _start(spec: ServerSpec, token: str, scratch: Path) -> RunningServer:
 
 
 def _kept_log(port: int) -> Path | None:
-    """A log file in ``$DFLASH_TUNE_SERVER_LOGS`` (None when it is not set), named by the time
-    and port of the launch."""
+    """A new log file in ``$DFLASH_TUNE_SERVER_LOGS`` (None when it is not set), named by the
+    time and port of the launch (and a suffix, so a relaunch within the second is kept too)."""
     folder = os.environ.get(LOGS_VAR)
     if not folder:
         return None
     Path(folder).mkdir(parents=True, exist_ok=True)
-    return Path(folder) / f"server-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    fd, path = tempfile.mkstemp(prefix=f"server-{stamp}-{port}-", suffix=".log", dir=folder)
+    os.close(fd)
+    return Path(path)
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
