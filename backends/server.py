@@ -10,8 +10,14 @@ The server runs in its own process group, so teardown signals the server *and* e
 started; nothing is left behind after success, an exception or Ctrl-C. On Linux the server is
 also killed when the thread that launched it dies (PR_SET_PDEATHSIG), so a SIGKILLed tuner
 leaves no server behind; that covers the server process itself, not workers it forked: those
-carry the launch's token (`backends.server_registry`), and the next launch kills them. A
-failure to come up is a :class:`ServerError` whose :class:`~backends.contract.FailureClass`
+carry the launch's token (`backends.server_registry`), and the next launch kills them.
+
+Each launch has a scratch folder of its own that goes with it: the server's log (kept only where
+``log_path`` or ``DFLASH_TUNE_SERVER_LOGS`` says; a failure's excerpt is read while the server is
+up) and the server's TMPDIR, so what a killed server or its workers leave in their temporary
+directory (rank rendezvous folders, multiprocessing's sockets) goes too.
+
+A failure to come up is a :class:`ServerError` whose :class:`~backends.contract.FailureClass`
 comes from :func:`classify`.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,12 +44,14 @@ import psutil
 from backends import server_registry
 from backends.contract import FailureClass
 from backends.failure_log import classify
+from dflash_core.runtime.compile_cache import inductor_cache_dir
 
 EXCERPT_CHARS = 4000
 _CLASSIFY_BYTES = 64 * 1024  # the final traceback is at the end; decode logs can be huge
 _POLL_S = 0.1
 _KILL_WAIT_S = 5.0  # SIGKILL cannot be ignored; this only waits for the kernel
 _log = logging.getLogger(__name__)
+LOGS_VAR = "DFLASH_TUNE_SERVER_LOGS"  # a folder that keeps every launch's log
 
 
 @dataclass(slots=True)
@@ -56,7 +65,7 @@ class ServerSpec:
     health_paths: tuple[str, ...] = ("/health", "/v1/models")  # first to answer 200 wins
     start_timeout_s: float = 600.0
     stop_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
-    log_path: Path | None = None  # None: a temp file, kept so the excerpt outlives the server
+    log_path: Path | None = None  # kept; None: $DFLASH_TUNE_SERVER_LOGS, else removed at the end
     # False for launchers whose server listens outside the group (e.g. `docker run`).
     verify_owner: bool = True
 
@@ -211,21 +220,31 @@ def launched(spec: ServerSpec) -> Iterator[RunningServer]:
         message = f"{spec.host}:{spec.port} is already bound by another process"
         raise ServerError(FailureClass.PORT_IN_USE, message, message)
     token = server_registry.new_token()
-    server = _start(spec, token)
-    server_registry.record(server.pgid, token)
+    scratch = Path(tempfile.mkdtemp(prefix="dflash-launch-"))
     try:
+        server = _start(spec, token, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    try:
+        server_registry.record(server.pgid, token, scratch)
         _wait_healthy(server)
         yield server
     finally:
         _stop(server._proc, spec.stop_timeout_s)
+        shutil.rmtree(scratch, ignore_errors=True)
         server_registry.forget(token)
 
 
-def _start(spec: ServerSpec, token: str) -> RunningServer:
-    log_path = spec.log_path or Path(tempfile.mkstemp(prefix="dflash-server-", suffix=".log")[1])
-    # Unbuffered so the log holds the last lines before a crash.
+def _start(spec: ServerSpec, token: str, scratch: Path) -> RunningServer:
+    log_path = spec.log_path or _kept_log(spec.port) or scratch / "server.log"
+    (scratch / "tmp").mkdir()
+    # Unbuffered so the log holds the last lines before a crash. Inductor's cache would follow
+    # TMPDIR into the scratch folder and be compiled again every launch: it gets its own place.
     # The token marks the server and every worker it forks as ours (server_registry).
-    env = {"PYTHONUNBUFFERED": "1", **os.environ, **spec.env, server_registry.TOKEN_VAR: token}
+    env = {"PYTHONUNBUFFERED": "1", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache_dir()),
+           **os.environ, "TMPDIR": str(scratch / "tmp"), **spec.env,
+           server_registry.TOKEN_VAR: token}
     # Truncate: a previous run's traceback in a reused log must not classify this one.
     with open(log_path, "wb") as log:
         try:
@@ -237,6 +256,19 @@ def _start(spec: ServerSpec, token: str) -> RunningServer:
             raise ServerError(FailureClass.CRASH, str(exc), message) from exc
     host = f"[{spec.host}]" if ":" in spec.host else spec.host
     return RunningServer(f"http://{host}:{spec.port}", proc.pid, proc.pid, log_path, spec, proc)
+
+
+def _kept_log(port: int) -> Path | None:
+    """A new log file in ``$DFLASH_TUNE_SERVER_LOGS`` (None when it is not set), named by the
+    time and port of the launch (and a suffix, so a relaunch within the second is kept too)."""
+    folder = os.environ.get(LOGS_VAR)
+    if not folder:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    fd, path = tempfile.mkstemp(prefix=f"server-{stamp}-{port}-", suffix=".log", dir=folder)
+    os.close(fd)
+    return Path(path)
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

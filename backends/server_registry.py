@@ -6,13 +6,16 @@ it forked (vLLM's EngineCore and Worker processes, SGLang's schedulers): those k
 the port. Every launch records its process group with the tuner's pid and a token put in the
 server's environment, which its workers inherit; the next launch kills every process that holds
 the token of a group whose tuner is gone. The token, not the group id, decides: a reused pid or
-group id never leads to killing a process that is not ours.
+group id never leads to killing a process that is not ours. The launch's scratch folder
+(backends/server.py) goes with them. The registry's folder exists only while a launch is
+recorded in it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 import uuid
@@ -33,18 +36,32 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def record(pgid: int, token: str) -> None:
-    """Written once the server started: its group, its token and the tuner that owns it."""
-    folder = registry_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+def record(pgid: int, token: str, scratch: Path) -> None:
+    """Written once the server started: its group, its token, its scratch folder and the tuner
+    that owns it."""
     owner = psutil.Process()
-    entry = {"pgid": pgid, "token": token, "owner": owner.pid,
+    entry = {"pgid": pgid, "token": token, "scratch": str(scratch), "owner": owner.pid,
              "owner_started": owner.create_time()}
-    (folder / f"{token}.json").write_text(json.dumps(entry))
+    for _ in range(3):  # another tuner's `forget` may remove the folder, empty, in between
+        registry_dir().mkdir(parents=True, exist_ok=True)
+        try:
+            (registry_dir() / f"{token}.json").write_text(json.dumps(entry))
+            return
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(f"cannot keep {registry_dir()}: it keeps disappearing")
 
 
 def forget(token: str) -> None:
     (registry_dir() / f"{token}.json").unlink(missing_ok=True)
+    _remove_if_empty(registry_dir())
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # other launches are recorded in it, or it is gone already
+        pass
 
 
 def reap_stale() -> list[int]:
@@ -55,7 +72,10 @@ def reap_stale() -> list[int]:
         if entry is None or _owner_alive(entry):
             continue
         killed += _kill_holders(entry["token"])
+        if entry.get("scratch"):
+            shutil.rmtree(entry["scratch"], ignore_errors=True)
         path.unlink(missing_ok=True)
+    _remove_if_empty(registry_dir())
     return killed
 
 

@@ -9,12 +9,20 @@ Imports nothing from ``tuner``, ``backends`` or ``search_spaces``. See docs/ENGI
 
 Imports point one way: runtime -> speculation -> models. The names below load on first use
 (PEP 562), so ``import dflash_core.speculation.spec`` (METHODS, Spec, SamplingParams) does not
-import torch: the tuner reads it without the engine extra installed."""
+import torch: the tuner reads it without the engine extra installed.
+
+Importing the package points torch.compile's cache at ``~/.cache/dflash-tune/torchinductor``
+unless ``TORCHINDUCTOR_CACHE_DIR`` is set (runtime/compile_cache.py): torch creates it on first
+use, and its default is the temporary directory."""
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from dflash_core.runtime.compile_cache import use_inductor_cache
+
+use_inductor_cache()  # before any torch call: the first one creates Inductor's cache folder
 
 _MODULE_OF = {
     "AcceptanceProfile": "speculation.oracle",

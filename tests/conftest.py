@@ -1,6 +1,54 @@
 from __future__ import annotations
 
+import multiprocessing.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
+
+import dflash_core  # noqa: F401  (keeps torch's compile cache out of the temporary directory)
+
+# --- nothing left in the temporary directory ----------------------------------------------------
+# The run gets a temporary directory of its own (TMPDIR, inherited by every xdist worker, server
+# and rank it starts). Whatever is still in it when the run ends was left there by the code under
+# test, and fails the run. pytest's own tmp_path folders stay where they always are.
+
+_PRIVATE_TMP = pytest.StashKey[Path]()
+# Inductor keeps its precompiled C++ headers under the temporary directory whatever
+# TORCHINDUCTOR_CACHE_DIR says: torch's, not ours to move (removed with the rest).
+_TORCH_OWN = "torchinductor_"
+
+
+def pytest_configure(config):
+    root = os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    # This process's own multiprocessing folder is removed when it exits, after the check.
+    tempfile.tempdir = root
+    multiprocessing.util.get_temp_dir()
+    tempfile.tempdir = None
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller set TMPDIR for it
+        return
+    private = Path(tempfile.mkdtemp(prefix="dflash-tests-"))
+    os.environ["TMPDIR"] = str(private)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    config.stash[_PRIVATE_TMP] = private
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has stopped its workers
+def pytest_sessionfinish(session):
+    private = session.config.stash.get(_PRIVATE_TMP, None)
+    if private is None:
+        return
+    left = sorted(path.name for path in private.iterdir()
+                  if not path.name.startswith(_TORCH_OWN))
+    shutil.rmtree(private, ignore_errors=True)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"left in the temporary directory: {', '.join(left)}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 # --- perf_model fixtures (tests/backends_tests/test_perf_model_*.py, test_contract.py) ----------
 # Cheap, read-only catalog objects; the calibrated constants live in test_perf_model_reference.py.

@@ -8,12 +8,20 @@ calls (mirror.follow). A rank that dies takes the rest with it: rank 0 watches i
 process sentinels and stops the others when one exits (rank 0's next collective then raises
 PeerLost; with `exit_on_death` the process exits, since a server cannot serve with a rank
 missing), and a follower whose rank 0 is gone exits at once.
+
+What rank 0 leaves in the temporary directory (the rendezvous folder, and multiprocessing's
+folder that holds the fork server's socket) goes when it closes the ranks or exits normally;
+when it is killed, the followers remove it as they exit, whichever way they go (their watch on
+rank 0, or a collective that fails first). A group killed whole (SIGKILL to every process)
+cleans nothing: a server launched by the tuner has a temporary directory of its own for that,
+removed with the launch (backends/server.py).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util
 import os
 import shutil
 import sys
@@ -24,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import torch
 
 from dflash_core.parallel.comm import Comm, close_comm, init_comm
@@ -32,6 +41,7 @@ from dflash_core.parallel.mirror import follow, stop_followers
 from dflash_core.parallel.shard import checked_config
 
 EXIT_RANK_LOST = 1  # not argparse's 2: the tuner reads it as a crash
+RANK_0_EXIT_S = 5.0  # how long a killed rank 0 may take to exit (freeing its memory)
 
 
 @dataclass(slots=True)
@@ -86,9 +96,10 @@ class Ranks:
         self._folder = tempfile.mkdtemp(prefix="dflash-ranks-")
         init = f"file://{self._folder}/rendezvous"
         context = _context()
+        leftovers = self._leftovers()
         self.processes = [context.Process(target=_follower_main, daemon=True,
                                           name=f"dflash-rank{rank}",
-                                          args=(rank, recipe, init, os.getpid()))
+                                          args=(rank, recipe, init, os.getpid(), leftovers))
                           for rank in range(1, world)]
         self._closing, self.exit_on_death = False, exit_on_death
         self._threads = torch.get_num_threads()  # rank 0's process gets its own back on close
@@ -124,6 +135,11 @@ class Ranks:
     def alive(self) -> bool:
         return all(p.is_alive() for p in self.processes)
 
+    def _leftovers(self) -> tuple[str, ...]:
+        """What this process leaves in the temporary directory if it dies without cleanup: the
+        rendezvous folder, and multiprocessing's (the fork server's socket is made in it)."""
+        return self._folder, multiprocessing.util.get_temp_dir()
+
     def _stop_all(self) -> None:
         for process in self.processes:
             if process.is_alive():
@@ -140,8 +156,8 @@ class Ranks:
                     print(f"dflash-tune: rank {rank} exited (code {process.exitcode}); "
                           "stopping every rank", file=sys.stderr, flush=True)
                     self._stop_all()
-                    if self.exit_on_death:  # os._exit runs no cleanup: the folder goes first
-                        shutil.rmtree(self._folder, ignore_errors=True)
+                    if self.exit_on_death:  # os._exit runs no cleanup: the folders go first
+                        _remove(self._leftovers())
                         os._exit(EXIT_RANK_LOST)
                     return
 
@@ -166,27 +182,54 @@ def _stop_helpers() -> None:
             stop()
 
 
-def _follower_main(rank: int, recipe: EngineRecipe, init: str, parent: int) -> None:
-    folder = os.path.dirname(init.removeprefix("file://"))
-    threading.Thread(target=_exit_with_parent, args=(parent, folder), daemon=True).start()
-    _set_threads(recipe.rank_threads())
-    comm = init_comm(rank, recipe.layout.world, init, recipe.rank_device(rank))
-    engine = build_rank_engine(recipe, comm)
-    with torch.inference_mode():
-        follow(engine, comm)
-    close_comm()
+def _follower_main(rank: int, recipe: EngineRecipe, init: str, parent: int,
+                   leftovers: tuple[str, ...]) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent, leftovers), daemon=True).start()
+    try:
+        _set_threads(recipe.rank_threads())
+        comm = init_comm(rank, recipe.layout.world, init, recipe.rank_device(rank))
+        engine = build_rank_engine(recipe, comm)
+        with torch.inference_mode():
+            follow(engine, comm)
+        close_comm()
+    except BaseException:
+        # A killed rank 0 closes its sockets before it is gone: the failed collective comes
+        # first, so give it a moment to be gone for the leftovers to be removed.
+        if _gone_within(parent, RANK_0_EXIT_S):
+            _remove(leftovers)
+        raise
 
 
-def _exit_with_parent(parent: int, folder: str) -> None:
+def _exit_with_parent(parent: int, leftovers: tuple[str, ...]) -> None:
     """Rank 0 is not our OS parent (the fork server is), so poll for it by pid; a rank 0 that
-    was killed left its rendezvous folder behind, which goes too."""
-    while True:
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-            os._exit(1)
+    was killed left its folders behind, which go too."""
+    while _alive(parent):
         time.sleep(0.2)
+    _remove(leftovers)
+    os._exit(1)
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    """A killed rank 0 stays a zombie until its parent reaps it (and for ever under a PID 1 that
+    reaps nothing), and a zombie still answers a signal 0: it counts as gone."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _remove(folders: tuple[str, ...]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _set_threads(threads: int) -> None:

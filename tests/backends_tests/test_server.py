@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -318,7 +319,7 @@ def test_a_server_dies_with_a_parent_killed_by_sigkill(tmp_path):
     argv = [sys.executable, str(FAKE), "--port", str(port), "--mode", "ok"]
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, *argv, str(port),
                                str(tmp_path / "server.log")], stdout=subprocess.PIPE,
-                              cwd=Path(__file__).parents[2])
+                              cwd=Path(__file__).parents[2], env=killed_tuner_env(tmp_path))
     server_pid = int(parent.stdout.readline())
     try:
         os.kill(parent.pid, signal.SIGKILL)
@@ -331,9 +332,18 @@ def test_a_server_dies_with_a_parent_killed_by_sigkill(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_the_next_launch_kills_the_workers_a_sigkilled_tuner_left(tmp_path, monkeypatch):
+def killed_tuner_env(tmp_path: Path) -> dict[str, str]:
+    """A tuner to be SIGKILLed records its launch and makes its scratch folder under tmp_path."""
+    (tmp_path / "tmp").mkdir()
+    return {**os.environ, "DFLASH_TUNE_RUN_DIR": str(tmp_path / "run"),
+            "TMPDIR": str(tmp_path / "tmp")}
+
+
+def test_the_next_launch_kills_the_workers_and_scratch_a_sigkilled_tuner_left(tmp_path,
+                                                                             monkeypatch):
     """PDEATHSIG takes the leader down with its tuner, not the worker it forked: the registry
-    lets the next launch find that worker by its token and kill it, and nothing else."""
+    lets the next launch find that worker by its token and kill it, and nothing else, and
+    remove the launch's scratch folder."""
     from backends import server_registry
 
     monkeypatch.setenv("DFLASH_TUNE_RUN_DIR", str(tmp_path / "run"))
@@ -341,7 +351,7 @@ def test_the_next_launch_kills_the_workers_a_sigkilled_tuner_left(tmp_path, monk
     argv = [sys.executable, str(FAKE), "--port", str(port), "--mode", "ok", "--spawn-child"]
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, *argv, str(port), str(log)],
                               stdout=subprocess.PIPE, cwd=Path(__file__).parents[2],
-                              env={**os.environ, "DFLASH_TUNE_RUN_DIR": str(tmp_path / "run")})
+                              env=killed_tuner_env(tmp_path))
     leader = int(parent.stdout.readline())
     worker = logged_pid(log, "grandchild pid")
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -352,7 +362,8 @@ def test_the_next_launch_kills_the_workers_a_sigkilled_tuner_left(tmp_path, monk
         assert is_live(worker)  # what PDEATHSIG does not reach
         assert server_registry.reap_stale() == [worker]
         assert wait_until(lambda: not is_live(worker), timeout_s=5.0)
-        assert is_live(bystander.pid) and list((tmp_path / "run").glob("*.json")) == []
+        assert is_live(bystander.pid) and not (tmp_path / "run").exists()
+        assert list((tmp_path / "tmp").iterdir()) == []  # the scratch folder went too
     finally:
         for pid in (leader, worker):
             if is_live(pid):
@@ -368,4 +379,40 @@ def test_a_live_tuners_server_is_not_reaped(tmp_path, monkeypatch):
     with launched(fake_spec(tmp_path, "ok", "--spawn-child")) as server:
         assert server_registry.reap_stale() == []
         assert server.alive() and len(list((tmp_path / "run").glob("*.json"))) == 1
-    assert list((tmp_path / "run").glob("*.json")) == []
+    assert not (tmp_path / "run").exists()
+
+
+# --- what a launch leaves in the temporary directory -----------------------------------------
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch) -> Path:
+    """The temporary directory (and so the registry's default folder) under tmp_path."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.delenv("DFLASH_TUNE_RUN_DIR", raising=False)
+    monkeypatch.delenv("DFLASH_TUNE_SERVER_LOGS", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return folder
+
+
+def test_a_launch_leaves_nothing_in_the_temporary_directory(tmp_path, own_tmp):
+    with launched(fake_spec(tmp_path, "ok", "--spawn-child", log_path=None)) as server:
+        env = psutil.Process(server.pid).environ()
+        assert Path(env["TMPDIR"]).parent.parent == own_tmp  # the launch's own scratch/tmp
+        (Path(env["TMPDIR"]) / "rendezvous").write_text("what a killed rank leaves")
+        assert not Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(own_tmp)
+        assert "pid" in server.log_excerpt()
+    error = launch_error(fake_spec(tmp_path, "oom", log_path=None))
+    assert error.failure is FailureClass.OOM and "out of memory" in error.log_excerpt
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_server_logs_are_kept_where_DFLASH_TUNE_SERVER_LOGS_says(tmp_path, own_tmp,
+                                                                 monkeypatch):
+    monkeypatch.setenv("DFLASH_TUNE_SERVER_LOGS", str(tmp_path / "logs"))
+    with launched(fake_spec(tmp_path, "ok", log_path=None)) as server:
+        pass
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == [server.log_path.name]
+    assert "pid" in server.log_path.read_text() and list(own_tmp.iterdir()) == []

@@ -1,5 +1,5 @@
-"""A rank that dies leaves nothing behind: without rank 0 the others exit on their own; without
-a follower, rank 0's next round fails fast with PeerLost (no hang)."""
+"""A rank that dies leaves nothing behind: without rank 0 the others exit on their own and remove
+its folders; without a follower, rank 0's next round fails fast with PeerLost (no hang)."""
 
 from __future__ import annotations
 
@@ -30,20 +30,24 @@ RANK0 = textwrap.dedent("""
 """)
 
 
-def test_followers_exit_when_rank_0_is_killed(tmp_path):
+def test_followers_exit_and_remove_rank_0s_folders_when_it_is_killed(tmp_path):
     target, _ = random_pair(tmp_path, "qwen3")
     script = tmp_path / "rank0.py"
     script.write_text(RANK0)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "TMPDIR": str(tmp_path / "tmp")}
     rank0 = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE,
                              text=True, env=env)
     try:
         follower = psutil.Process(int(rank0.stdout.readline()))
         helpers = psutil.Process(rank0.pid).children(recursive=True)  # fork server, tracker
+        assert len(list((tmp_path / "tmp").iterdir())) == 2  # rendezvous, multiprocessing's
         rank0.kill()
         rank0.wait(10)
         gone, alive = psutil.wait_procs(helpers + [follower], timeout=15)
         assert not alive, alive
+        assert list((tmp_path / "tmp").iterdir()) == []
     finally:
         rank0.kill()
 

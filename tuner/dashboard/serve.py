@@ -1,8 +1,15 @@
 """``serve_report``: the report over HTTP, rebuilt when the study changes or gets old.
 
-The stdlib server is enough: one page for a handful of readers. The page reloads itself every
-``refresh_s`` seconds; a reload rebuilds the report only when the DB changed (new trials, a
-nightly run) or the cached copy is ``refresh_s`` old, so idle readers cost one cheap query.
+The stdlib's threading server is enough for one page and its readers, made robust where its
+defaults are not: a listen backlog for a burst of readers (the default 5 drops connections, whose
+clients retry seconds later), a timeout on every connection (a client that connects and sends
+nothing would hold its thread for ever) and silence for clients that leave early (each was a
+15-line traceback). An ASGI server would do the same behind an optional dependency; the core
+install has no ASGI server.
+
+The page reloads itself every ``refresh_s`` seconds; a reload rebuilds the report only when the
+DB changed (new trials, a nightly run) or the cached copy is ``refresh_s`` old, so idle readers
+cost one cheap query.
 
 Requests are answered only under the names the server is reached by (the bound host, localhost,
 127.0.0.1, with the port): a page on another site whose DNS name is rebound to 127.0.0.1 sends its
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +39,8 @@ from tuner.dashboard.report import build_report
 from tuner.errors import UsageError
 
 WILDCARDS = {"0.0.0.0", ""}  # bound to every interface
+BACKLOG = 128  # connections the kernel holds until they are accepted
+TIMEOUT_S = 10.0  # per read or write on a connection; a local page load takes milliseconds
 
 
 @dataclass(slots=True)
@@ -99,6 +109,8 @@ def make_server(storage_url: str, study: str, host: str = "127.0.0.1", port: int
     names: set[str] = set()  # the Host names to answer, known once the port is bound
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = TIMEOUT_S
+
         def do_GET(self) -> None:
             if not host_allowed(self.headers.get("Host", ""), names, bound_port):
                 self.send_error(403, "Host not allowed", "The report answers only under the "
@@ -150,8 +162,18 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+class _ReportServer(ThreadingHTTPServer):
+    request_queue_size = BACKLOG
+    daemon_threads = True  # a reader mid-download does not keep Ctrl-C from stopping the server
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # the reader closed the page or went silent: nothing of ours went wrong
+        super().handle_error(request, client_address)
+
+
 def _bound(handler: type[BaseHTTPRequestHandler], host: str, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), handler, bind_and_activate=False)
+    server = _ReportServer((host, port), handler, bind_and_activate=False)
     try:
         server.server_bind()
     except OSError as err:  # a busy port, a privileged one, a host name that does not resolve
