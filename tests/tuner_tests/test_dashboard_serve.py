@@ -123,3 +123,25 @@ def test_readers_that_leave_mid_download_log_nothing(served):
     time.sleep(0.5)
     new = served.logged()[len(before):]
     assert "Traceback" not in new and new.count("\n") <= 1, new
+
+
+def test_serving_a_study_writes_nothing_to_its_db(tmp_path):
+    """The served report only reads: a study DB that lacks a table added later (the nightly
+    tables here) is left as it is."""
+    import sqlalchemy as sa
+
+    from tuner.dashboard.serve import ReportCache
+
+    config = write_config(tmp_path, study={"name": "read", "n_trials": 2},
+                          workload=UNBOUNDED_TTFT)
+    cfg = load_config(config)
+    run_study(cfg)
+    url = cfg.study.storage
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE IF EXISTS dflash_tune_nightly"))
+    before = set(sa.inspect(engine).get_table_names())
+    engine.dispose()
+    ReportCache.primed(url, "read", 5).engine.dispose()
+    after = sa.inspect(sa.create_engine(url)).get_table_names()
+    assert set(after) == before

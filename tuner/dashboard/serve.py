@@ -56,10 +56,9 @@ class ReportCache:
 
     @classmethod
     def primed(cls, storage_url: str, study: str, refresh_s: int) -> ReportCache:
-        """Built once, letting errors out: building first also checks that the DB exists
-        before ``connect`` could create an empty one."""
+        """Built once, letting errors out. The DB is only read: nothing is created in it."""
         text = build_report(storage_url, study, refresh_s)
-        cache = cls(storage_url, study, refresh_s, records.connect(storage_url))
+        cache = cls(storage_url, study, refresh_s, records.open_results(storage_url))
         cache.html, cache.built_at = text.encode(), time.monotonic()
         cache.fingerprint = cache._fingerprint()
         return cache
