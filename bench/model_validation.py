@@ -16,7 +16,8 @@ DFlash vs plain). Exit 0 when every check passes, 1 otherwise.
 ``--write`` stores the all-sources fit in backends/perf_model/fitted.yaml, the shipped default
 the `model` backend (and so `dflash-tune run`) starts from. ``--measured-kernels`` prices every
 source from its GPU's measured kernel tables (``Deployment.measured_kernels``) instead of the
-roofline; it cannot be combined with ``--write`` (the shipped constants are the roofline's).
+roofline; with ``--write`` its fit goes to backends/perf_model/fitted_measured.yaml, the shipped
+default of the model with measured kernels on.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from backends.perf_model.global_fit import FitResult, fit_sources  # noqa: E402
 from backends.perf_model.memory import kv_capacity_tokens  # noqa: E402
 from backends.perf_model.references import Reference, model_predictor  # noqa: E402
 from backends.perf_model.references import fitted_sources, validation_sources  # noqa: E402
-from backends.perf_model.shipped import write_fitted  # noqa: E402
+from backends.perf_model.shipped import fitted_path, write_fitted  # noqa: E402
 
 TOLERANCE = 0.25
 # The constants fitted on the user's node alone, before the global fit: the baseline to beat.
@@ -153,8 +154,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured-kernels", action="store_true",
                         help="price every source from its GPU's measured kernel tables")
     args = parser.parse_args(argv)
-    if args.write and args.measured_kernels:
-        parser.error("--write stores the roofline's constants; drop --measured-kernels")
     sources = validation_sources()
     if args.measured_kernels:
         sources = [replace(s, deployment=replace(s.deployment, measured_kernels=True))
@@ -166,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     kv = kv_rows(sources)
     print_report(sources, full, loso, old_rows, results, kv)
     if args.write:
-        print(f"\nwrote {write_fitted(full)}")
+        print(f"\nwrote {write_fitted(full, fitted_path(args.measured_kernels))}")
     print(host_line(), file=sys.stderr)
     save_json(args.json, {
         "constants": full.values,

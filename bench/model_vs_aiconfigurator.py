@@ -307,7 +307,7 @@ def _value(aic: AIConfigurator, call: Call, metric: str) -> tuple[float | None, 
 
 def rows_of(aic: AIConfigurator, src: Reference) -> list[Row]:
     d = src.deployment
-    ours = compare(model_predictor(d), default_efficiency(d.gpu, d.engine), src.observations,
+    ours = compare(model_predictor(d), default_efficiency(d.gpu, d.engine, d.measured_kernels), src.observations,
                    src.workload)
     rows = []
     for obs, mine in zip(src.observations, ours, strict=True):

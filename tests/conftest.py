@@ -30,6 +30,9 @@ def pytest_configure(config):
     if hasattr(config, "workerinput"):  # an xdist worker: the controller set TMPDIR for it
         return
     private = Path(tempfile.mkdtemp(prefix="dflash-tests-"))
+    # As open as /tmp itself: servers the tests start as other users (PostgreSQL runs as
+    # postgres) create their folders in it too.
+    private.chmod(0o1777)
     os.environ["TMPDIR"] = str(private)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     config.stash[_PRIVATE_TMP] = private

@@ -84,7 +84,7 @@ def as_json(req: EstimateRequest, rows: Sequence[Measurement]) -> dict:
     from backends.perf_model.shipped import default_efficiency
 
     return {"levels": [_level(m) for m in rows],
-            "constants": default_efficiency(req.gpu, req.deployment().engine).as_dict(),
+            "constants": default_efficiency(req.gpu, req.engine, req.measured_kernels).as_dict(),
             "launch": req.launch().label()}
 
 

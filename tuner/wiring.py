@@ -67,7 +67,8 @@ def efficiency_from(cfg: Config):
     from backends.perf_model import Efficiency
     from backends.perf_model.shipped import default_efficiency
 
-    base = default_efficiency(cfg.hardware.gpu, cfg.backend.engine).as_dict()
+    base = default_efficiency(cfg.hardware.gpu, cfg.backend.engine,
+                              cfg.backend.measured_kernels).as_dict()
     return Efficiency(**{**base, **cfg.backend.efficiency})
 
 

@@ -38,9 +38,10 @@ class PerfModelBackend(Backend):
     def __init__(self, deployment: Deployment, efficiency: Efficiency | None = None) -> None:
         self.deployment = deployment
         hw = load_hardware(deployment.gpu)
-        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu, deployment.engine),
-                         tables_for(hw.measured_system, deployment.engine)
-                         if deployment.measured_kernels else None)
+        measured = deployment.measured_kernels
+        self.node = Node(hw, efficiency or default_efficiency(deployment.gpu, deployment.engine,
+                                                              measured),
+                         tables_for(hw.measured_system, deployment.engine) if measured else None)
         self.model = load_model(deployment.model)
         spec = deployment.drafter
         self.drafter = spec and drafter_arch(

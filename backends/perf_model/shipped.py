@@ -1,6 +1,8 @@
 """The shipped default constants: the global fit over every validation source, per hardware
-class (``fitted.yaml``, written by ``python bench/model_validation.py --write``). A node whose
-class no source covered gets the physical priors for it."""
+class, one fit for each way the model prices kernels: ``fitted.yaml`` for the roofline
+(``python bench/model_validation.py --write``) and ``fitted_measured.yaml`` for the measured
+kernel tables (``... --measured-kernels --write``). A node whose class no source covered gets
+the physical priors for it."""
 
 from __future__ import annotations
 
@@ -13,20 +15,27 @@ from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import Efficiency
 
 FITTED = Path(__file__).parent / "fitted.yaml"
+FITTED_MEASURED = Path(__file__).parent / "fitted_measured.yaml"
+
+
+def fitted_path(measured_kernels: bool) -> Path:
+    return FITTED_MEASURED if measured_kernels else FITTED
 
 
 @cache
-def _fitted() -> dict[str, float]:
-    if not FITTED.is_file():
+def _fitted(path: Path) -> dict[str, float]:
+    if not path.is_file():
         return {}
-    return dict((yaml.safe_load(FITTED.read_text()) or {}).get("constants") or {})
+    return dict((yaml.safe_load(path.read_text()) or {}).get("constants") or {})
 
 
-def default_efficiency(gpu: str, engine: str = "sglang") -> Efficiency:
-    """The shipped constants for a node with this GPU running ``engine``."""
+def default_efficiency(gpu: str, engine: str = "sglang",
+                       measured_kernels: bool = False) -> Efficiency:
+    """The shipped constants for a node with this GPU running ``engine``, for the roofline or
+    the measured kernel tables."""
     hw = load_hardware(gpu)
     base = Efficiency(collective_latency_us=hw.collective_latency_us).as_dict()
-    values = _fitted()
+    values = _fitted(fitted_path(measured_kernels))
     chosen = {n: values[f"{n}@{k}"] for n, k in hw.classes(engine).items()
               if f"{n}@{k}" in values}
     return Efficiency(**{**base, **chosen})
@@ -34,8 +43,9 @@ def default_efficiency(gpu: str, engine: str = "sglang") -> Efficiency:
 
 def write_fitted(result, path: Path = FITTED) -> Path:
     """Store a FitResult's constants (and how well each is identified) as the shipped default."""
-    lines = ["# Written by `python bench/model_validation.py --write`: the bounded global fit",
-             "# over every validation source, one value per hardware class (constants.py).",
+    lines = ["# Written by `python bench/model_validation.py --write` (with --measured-kernels:",
+             "# fitted_measured.yaml): the bounded global fit over every validation source,",
+             "# one value per hardware class (constants.py).",
              "constants:"]
     lines += [f"  {key}: {value:.6g}" for key, value in sorted(result.values.items())]
     lines += ["identifiability:"]

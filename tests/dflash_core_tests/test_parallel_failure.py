@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import shutil
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -34,22 +36,24 @@ def test_followers_exit_and_remove_rank_0s_folders_when_it_is_killed(tmp_path):
     target, _ = random_pair(tmp_path, "qwen3")
     script = tmp_path / "rank0.py"
     script.write_text(RANK0)
-    (tmp_path / "tmp").mkdir()
+    # A short folder of its own: the fork server's socket path must fit AF_UNIX's 108 bytes.
+    scratch = Path(tempfile.mkdtemp(prefix="rk-"))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "TMPDIR": str(tmp_path / "tmp")}
+           "TMPDIR": str(scratch)}
     rank0 = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE,
                              text=True, env=env)
     try:
         follower = psutil.Process(int(rank0.stdout.readline()))
         helpers = psutil.Process(rank0.pid).children(recursive=True)  # fork server, tracker
-        assert len(list((tmp_path / "tmp").iterdir())) == 2  # rendezvous, multiprocessing's
+        assert len(list(scratch.iterdir())) == 2  # rendezvous, multiprocessing's
         rank0.kill()
         rank0.wait(10)
         gone, alive = psutil.wait_procs(helpers + [follower], timeout=15)
         assert not alive, alive
-        assert list((tmp_path / "tmp").iterdir()) == []
+        assert list(scratch.iterdir()) == []
     finally:
         rank0.kill()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_rank_0_fails_fast_when_a_follower_is_killed(tmp_path):
