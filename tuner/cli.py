@@ -13,10 +13,13 @@ import typer
 
 from tuner import engine_cli, render
 from tuner.errors import TunerError, UsageError, user_error_code
+from tuner.storage import storage_errors
 
 # Plain tracebacks: a server's log is read by people and by backends.server.classify, and Rich's
 # boxed, wrapped traceback splits the very lines the classifier looks for.
+# Help is click's plain text: Rich's option tables cut long option names at 80 columns.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="Tune parallelism and DFlash/DDTree speculation for LLM serving.")
 
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -204,8 +207,9 @@ def nightly(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOp
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
     try:
-        outcome = run_nightly(cfg, repeats=repeats, explore=explore, threshold=threshold,
-                              mad_k=mad_k, backend=backend, history=history, rebase=rebase)
+        with storage_errors(cfg.study.storage):  # a DB that fails mid-run: one line
+            outcome = run_nightly(cfg, repeats=repeats, explore=explore, threshold=threshold,
+                                  mad_k=mad_k, backend=backend, history=history, rebase=rebase)
     except KeyboardInterrupt:
         render.note("interrupted: what was measured is kept", "yellow")
         raise typer.Exit(130) from None
@@ -348,7 +352,7 @@ def _level(text: str) -> int:
 # The engine's commands live in their own module (they share nothing with the study ones).
 app.command()(engine_cli.generate)
 app.command()(engine_cli.serve)  # backends.dflash_server.cli.serve
-fixtures_app = typer.Typer(no_args_is_help=True, help="Checkpoints for the engine: the tiny "
+fixtures_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Checkpoints for the engine: the tiny "
                            "trained pair (tests, benchmarks, in-process) and random pairs.")
 app.add_typer(fixtures_app, name="fixtures")
 fixtures_app.command("build")(engine_cli.fixtures_build)

@@ -100,7 +100,7 @@ def main() -> None:
     from any engine's."""
     from backends.errors import is_user_error
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     app.command()(serve)
     try:
         sys.exit(app(standalone_mode=False))

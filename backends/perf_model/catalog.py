@@ -201,13 +201,34 @@ def load_model(name_or_path: str) -> ModelArch:
     return model_from_config(str(path.parent.name), config)
 
 
+# The sizes a model the catalog can price may have (the largest public configs hold vocab
+# ~260k, hidden 16k-25k, ~130 layers, 128 heads, 512 experts, with room to spare): beyond them a
+# value is a typo or a damaged file, and would make every estimate meaningless or slow.
+SIZE_BOUNDS = {"vocab_size": 1 << 22, "hidden_size": 1 << 17, "intermediate_size": 1 << 20,
+               "moe_intermediate_size": 1 << 20, "num_hidden_layers": 1024,
+               "num_attention_heads": 4096, "num_key_value_heads": 4096, "head_dim": 4096,
+               "num_experts": 1 << 14, "n_routed_experts": 1 << 14,
+               "num_experts_per_tok": 1 << 14, "kv_lora_rank": 1 << 16, "q_lora_rank": 1 << 16}
+
+
 def model_from_config(name: str, cfg: dict[str, Any]) -> ModelArch:
     if "text_config" in cfg:  # Kimi K2.5/K2.6 nest the language model; quantisation may sit outside
         cfg = {"quantization_config": cfg.get("quantization_config"), **cfg["text_config"]}
+    _check_sizes(name, cfg)
     try:
         return _arch(name, cfg)
     except KeyError as err:
         raise CatalogError(f"model config {name!r} lacks field {err.args[0]!r}") from err
+
+
+def _check_sizes(name: str, cfg: dict[str, Any]) -> None:
+    for field, high in SIZE_BOUNDS.items():
+        value = cfg.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise CatalogError(f"model config {name!r}: {field} must be an integer in "
+                               f"0..{high}, got {value!r}")
 
 
 def _arch(name: str, c: dict[str, Any]) -> ModelArch:

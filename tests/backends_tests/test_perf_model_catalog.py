@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from backends.perf_model.catalog import CatalogError
+from backends.perf_model.catalog import _catalog
 from backends.perf_model.catalog import drafter_arch
 from backends.perf_model.catalog import load_hardware
 from backends.perf_model.catalog import load_model
@@ -201,3 +202,12 @@ def test_tied_embeddings_are_stored_once(write_config):
     tied = load_model(write_config({**QWEN3_8B_CONFIG, "tie_word_embeddings": True}, "tied"))
     # One 151,936 x 4,096 bf16 table fewer: 1,244,659,712 bytes.
     assert untied.weight_bytes - tied.weight_bytes == 151936 * 4096 * 2
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size", 10**9), ("num_hidden_layers", 10**6),
+                                          ("vocab_size", -1), ("hidden_size", 4096.5)])
+def test_a_config_size_no_real_model_has_is_one_line(field, value):
+    config = {**_catalog("models.yaml")["models"]["qwen3-8b"], field: value}
+    with pytest.raises(CatalogError, match=f"{field} must be an integer in 0..") as err:
+        model_from_config("odd", config)
+    assert "\n" not in str(err.value)

@@ -3,6 +3,7 @@
 ``full``: every connection may grow the DB file to ~60 pages (SQLite's own disk-full error).
 ``read-only``: from the fourth trial written on, the connection is read-only (``PRAGMA
 query_only``, which holds for root too, where a chmod would not).
+``nightly-read-only``: read-only from the first nightly row written on.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ def _full(dbapi_conn, record) -> None:
     dbapi_conn.execute(f"PRAGMA max_page_count = {FULL_PAGES}")
 
 
-def _read_only_later() -> None:
+def _read_only_later(table: str = "dflash_tune_trials", writable: int = WRITABLE_TRIALS) -> None:
     written = 0
 
     @event.listens_for(sa.Engine, "before_cursor_execute")
     def _turn(conn, cursor, statement, parameters, context, executemany) -> None:
         nonlocal written
-        if statement.startswith("INSERT INTO dflash_tune_trials"):
+        if statement.startswith(f"INSERT INTO {table}"):
             written += 1
-            if written > WRITABLE_TRIALS:
+            if written > writable:
                 cursor.execute("PRAGMA query_only = 1")
 
 
@@ -36,6 +37,8 @@ if __name__ == "__main__":
     fault = sys.argv.pop(1)
     if fault == "full":
         event.listen(sa.Engine, "connect", _full)
+    elif fault == "nightly-read-only":
+        _read_only_later("dflash_tune_nightly", 0)
     else:
         _read_only_later()
     from tuner.cli import main

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import UNBOUNDED_TTFT, cli
 from cli_helpers import write_config
 
 HERE = Path(__file__).parent
@@ -108,6 +108,18 @@ def test_a_db_that_fails_mid_run_is_one_line_exit_2(tmp_path, fault, says):
     assert "Traceback" not in result.stderr and "failed with" not in result.stderr
     [error] = [line for line in result.stderr.splitlines() if "trials" not in line]
     assert error.startswith(f"error: storage 'sqlite:///{tmp_path / 'results.db'}': {says}")
+
+
+def test_a_db_that_turns_read_only_during_nightly_is_one_line_exit_2(tmp_path):
+    write_config(tmp_path, study={"n_trials": 8}, workload=UNBOUNDED_TTFT)
+    assert cli("run", cwd=tmp_path).returncode == 0
+    result = subprocess.run([sys.executable, str(HERE / "db_faults.py"), "nightly-read-only",
+                             "nightly", "--repeats", "1", "--explore", "0"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: storage 'sqlite:///{tmp_path / 'results.db'}': the DB is read-only")
 
 
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:",
