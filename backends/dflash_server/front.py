@@ -29,13 +29,13 @@ def run_front(options: ServeOptions, conn: Connection) -> None:
 
 def server_info(options: ServeOptions):
     """What the front end needs of the model: names, tokenizer, limits (configs only)."""
-    from tokenizers import Tokenizer
-
     from backends.dflash_server.protocol import ServerInfo, prompt_char_limit
     from dflash_core.models.architectures import target_config
     from dflash_core.models.config import read_config
+    from dflash_core.training.tokenizer import load_tokenizer
 
-    tokenizer = Tokenizer.from_file(str(_tokenizer_path(options.target)))
+    _tokenizer_path(options.target)  # a missing one says what the server needs it for
+    tokenizer = load_tokenizer(options.target)
     return ServerInfo(_model_names(options)[0], tokenizer,
                       tokenizer.token_to_id("<|endoftext|>"), options.max_context,
                       _launch_card(options),

@@ -47,6 +47,7 @@ class ServeOptions:
         """A UserError (one line) for a setting the server cannot run with, before anything is
         loaded or bound."""
         from dflash_core.models.config import read_config
+        from dflash_core.training.tokenizer import load_tokenizer
 
         if not 0 <= self.port <= MAX_PORT:
             raise UserError(f"--port must be 0..{MAX_PORT}, got {self.port}")
@@ -59,6 +60,7 @@ class ServeOptions:
         positions = read_config(self.target).get("max_position_embeddings")
         check_serving_context(self.max_context, positions,
                               speculation(self.launch, self.checkpoints))
+        load_tokenizer(self.target)  # the front end's: unreadable, it is one line here
 
     @property
     def checkpoints(self) -> Checkpoints:

@@ -33,3 +33,19 @@ def test_a_setting_the_server_cannot_run_with_is_one_line_and_exit_2(command, fl
         check=False, capture_output=True, text=True, timeout=120)
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert run.returncode == 2 and len(lines) == 1 and reason in lines[0], run.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_unreadable_tokenizer_is_one_line_and_exit_2(tmp_path, command):
+    import shutil
+
+    target = tmp_path / "target"
+    shutil.copytree(PAIR / "target", target)
+    (target / "tokenizer.json").write_text("garbage{")
+    run = subprocess.run(
+        [sys.executable, *COMMANDS[command], "--target", str(target),
+         "--drafter", str(PAIR / "drafter"), "--method", "dflash"],
+        check=False, capture_output=True, text=True, timeout=120)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert "tokenizer.json is not a tokenizer" in lines[0]
