@@ -72,7 +72,7 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     dp_attention = lp.enable_dp_attention and tp > 1
     dense_tp, rank_rows = (1, math.ceil(tokens / tp)) if dp_attention else (tp, tokens)
     if node.kernels is None:
-        gemm, moe = _weights_roofline(node, m, lp, tokens, imbalance)
+        gemm, moe = _weights_roofline(node, m, lp, tokens)
     else:
         gemm = gemms(node, m.linears, rank_rows, dense_tp)
         moe = experts(node, m, tokens, tp, ep,
@@ -122,8 +122,8 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
         context, _attention_roofline(node, d.num_layers, d.kv_bytes_per_token_layer,
                                      d.kv_heads, d.attn_flops_per_token_ctx_layer, lp, batch,
                                      rows, context))
-    hidden = Collectives(2 * d.num_layers, rows * d.hidden * 2, "all_reduce")
-    logits = Collectives(1, rows * m.vocab * 2, "all_gather")
+    hidden = Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce")
+    logits = Collectives(1, rows * m.vocab * BF16_BYTES, "all_gather")
     comm = _comm(node, {"hidden": hidden, "logits": logits}, lp, use_graph, 1.0)
     launches = d.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     if lp.is_ddtree:
@@ -141,20 +141,29 @@ def _imbalance(m: ModelArch, lp: LaunchParams) -> float:
     return ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, m.routing_skew)
 
 
-def _weights_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int,
-                      imbalance: float) -> tuple[Term, Term]:
+def _expert_work(m: ModelArch, lp: LaunchParams, tokens: int,
+                 skew: float) -> tuple[float, float, float]:
+    """(experts the busiest EP rank holds among those the step touches under routing ``skew``,
+    the bytes it streams for them once, its share of the routed GEMM FLOPs scaled by the EP
+    load imbalance)."""
+    if not m.is_moe:
+        return 0.0, 0.0, 0.0
+    touched = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, skew)
+    imbalance = ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, skew)
+    nbytes = m.num_moe_layers * touched * m.expert_bytes / (lp.tp_size // lp.ep_size)
+    flops = 2.0 * tokens * m.num_moe_layers * m.top_k * m.expert_params * imbalance / lp.tp_size
+    return touched, nbytes, flops
+
+
+def _weights_roofline(node: Node, m: ModelArch, lp: LaunchParams,
+                      tokens: int) -> tuple[Term, Term]:
     """Without kernel tables: one roofline over every weight the step streams (the dense
-    weights, and the experts the busiest rank holds among those touched) and its GEMM work,
-    split between the dense GEMMs and the experts by their bytes; each weight matrix adds its
-    fixed cost."""
-    tp = lp.tp_size
-    touched = (busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, m.routing_skew)
-               if m.is_moe else 0)
+    weights and the busiest rank's experts) and its GEMM work, split between the dense GEMMs
+    and the experts by their bytes; each weight matrix adds its fixed cost."""
+    touched, expert_bytes, expert_flops = _expert_work(m, lp, tokens, m.routing_skew)
     # Attention-DP replicates the non-expert weights, so each rank streams all of them.
-    dense_bytes = m.dense_bytes / (1 if lp.enable_dp_attention else tp)
-    expert_bytes = m.num_moe_layers * touched * m.expert_bytes / (tp // lp.ep_size)
-    routed = m.num_moe_layers * m.top_k * m.expert_params * imbalance
-    dense_flops, expert_flops = 2.0 * tokens * m.dense_params / tp, 2.0 * tokens * routed / tp
+    dense_bytes = m.dense_bytes / (1 if lp.enable_dp_attention else lp.tp_size)
+    dense_flops = 2.0 * tokens * m.dense_params / lp.tp_size
     weights = node.linear_ms(dense_bytes + expert_bytes, dense_flops + expert_flops, tokens)
     share = dense_bytes / (dense_bytes + expert_bytes)
     fixed = node.eff.matmul_fixed_us / 1e3
@@ -168,14 +177,8 @@ def _weights_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int,
 
 
 def _moe_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int, skew: float) -> Term:
-    """The experts the busiest rank holds among those the step touches under routing ``skew``,
-    streamed once, and its share of the routed GEMM work (scaled by the EP load imbalance)."""
-    if not m.is_moe:
-        return Term(0.0, ROOFLINE)
-    touched = busiest_rank_experts(m.num_experts, m.top_k, tokens, lp.ep_size, skew)
-    imbalance = ep_load_imbalance(m.num_experts, m.top_k, lp.ep_size, skew)
-    nbytes = m.num_moe_layers * touched * m.expert_bytes / (lp.tp_size // lp.ep_size)
-    flops = 2.0 * tokens * m.num_moe_layers * m.top_k * m.expert_params * imbalance / lp.tp_size
+    """The busiest rank's experts on their own (``_expert_work``), as a roofline."""
+    touched, nbytes, flops = _expert_work(m, lp, tokens, skew)
     fixed = node.eff.matmul_fixed_us * m.num_moe_layers * 2 * touched / 1e3
     return Term(node.linear_ms(nbytes, flops, tokens) + fixed, ROOFLINE,
                 node.sol_ms(nbytes, flops))

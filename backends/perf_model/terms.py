@@ -108,17 +108,10 @@ def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_di
     heads are looked up as one token of ``queries x heads`` heads. Each query also sees the
     step's new positions (the tree or causal mask hides some, the kernel reads them all), so
     the cache read is ``context + queries`` long."""
-    if node.kernels is None:
-        return roofline
-    kv_len = context + queries
-    if kv_heads == 0:
-        ms = node.kernels.mla_generation_ms(batch, heads * queries, kv_len)
-    else:
-        ms = node.kernels.attention_generation_ms(batch, heads * queries, kv_heads, head_dim,
-                                                  kv_len)
-    if ms is None:
-        return roofline
-    return Term(ms * layers, MEASURED, roofline.sol_ms)
+    t, kv_len = node.kernels, context + queries
+    ms = t and (t.mla_generation_ms(batch, heads * queries, kv_len) if kv_heads == 0 else
+                t.attention_generation_ms(batch, heads * queries, kv_heads, head_dim, kv_len))
+    return _per_layer(ms, layers, roofline)
 
 
 def prompt_attention(node: Node, layers: int, heads: int, kv_heads: int, head_dim: int,
@@ -126,12 +119,14 @@ def prompt_attention(node: Node, layers: int, heads: int, kv_heads: int, head_di
     """Causal attention of ``batch`` whole prompts of ``prompt`` tokens each on one rank (the
     context tables time a prompt without a cached prefix; a chunk that continues a longer
     prompt is the roofline's)."""
-    if node.kernels is None:
-        return roofline
-    if kv_heads == 0:
-        ms = node.kernels.mla_context_ms(batch, heads, prompt)
-    else:
-        ms = node.kernels.attention_context_ms(batch, heads, kv_heads, head_dim, prompt)
+    t = node.kernels
+    ms = t and (t.mla_context_ms(batch, heads, prompt) if kv_heads == 0 else
+                t.attention_context_ms(batch, heads, kv_heads, head_dim, prompt))
+    return _per_layer(ms, layers, roofline)
+
+
+def _per_layer(ms: float | None, layers: int, roofline: Term) -> Term:
+    """One layer's measured time for every layer, or the roofline where none was measured."""
     if ms is None:
         return roofline
     return Term(ms * layers, MEASURED, roofline.sol_ms)

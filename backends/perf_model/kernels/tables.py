@@ -24,6 +24,7 @@ from backends.perf_model.kernels.grid import Grid
 NCCL = "nccl"
 
 
+@cache
 def data_root() -> Path | None:
     """The installed tables, or None when the package is missing."""
     try:
@@ -34,6 +35,7 @@ def data_root() -> Path | None:
     return path if path.is_dir() else None
 
 
+@cache
 def table_path(system: str, family: str, engine: str, file: str) -> Path | None:
     """``data/<system>/<family>/<engine>/<newest version>/<file>``, or None."""
     root = data_root()
@@ -151,6 +153,7 @@ class KernelTables:
 def tables_for(system: str, engine: str) -> KernelTables | None:
     """The tables of ``system`` (hardware.yaml ``measured_system``) under ``engine``'s family
     (SGLang or vLLM; dflash_core's own engine runs SGLang-style kernels), or None."""
-    if not system or data_root() is None or not (data_root() / system).is_dir():
+    root = data_root()
+    if not system or root is None or not (root / system).is_dir():
         return None
     return KernelTables(system, "vllm" if engine.lower().startswith("vllm") else "sglang")
