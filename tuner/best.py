@@ -16,7 +16,6 @@ from backends.flags import experimental_note
 from backends.flags import render_command
 from backends.flags import render_env
 from backends.flags import render_shell
-from backends.launch_params import MEASURED_ONLY
 from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 from pydantic import ValidationError
@@ -188,12 +187,17 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       plain=_plain_by_layout(trials, limits),
                       warnings=_warnings(chosen, limits, w.output_len),
                       hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
-                      measured_only=_measured_only(lp), predicted_only=_predicted_only(lp, trials))
+                      measured_only=_measured_only(lp, run_cfg.backend.measured_kernels),
+                      predicted_only=_predicted_only(lp, trials))
 
 
-def _measured_only(launch: LaunchParams | None) -> dict[str, Any]:
+def _measured_only(launch: LaunchParams | None, measured_kernels: bool) -> dict[str, Any]:
+    """``launch``'s non-default knobs the performance model prices at their defaults."""
+    from backends.perf_model.backend import unpriced_knobs
+
+    unpriced = unpriced_knobs(measured_kernels)
     chosen = launch.non_default() if launch else {}
-    return {k: v for k, v in chosen.items() if k in MEASURED_ONLY}
+    return {k: v for k, v in chosen.items() if k in unpriced}
 
 
 def _predicted_only(launch: LaunchParams | None, trials: list[TrialRecord]) -> dict[str, Any]:

@@ -29,8 +29,8 @@ def unpriced_knobs(measured_kernels: bool) -> frozenset[str]:
 
 
 class PerfModelBackend(Backend):
-    """Measured kernels (roofline where no table covers a shape) + acceptance model of one
-    node. Deterministic and CPU-only."""
+    """Step model (the fitted roofline, or measured kernel tables with ``measured_kernels``) +
+    acceptance model of one node. Deterministic and CPU-only."""
 
     name: ClassVar[str] = "model"
     predicts: ClassVar[bool] = True
