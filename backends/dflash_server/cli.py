@@ -75,6 +75,10 @@ def serve(
         body_timeout: Annotated[float, typer.Option(help=(
             "Seconds a request may take to send its body (a 408 after)."))] =
         serve_options.BODY_TIMEOUT_S,
+        shutdown_grace: Annotated[float, typer.Option(help=(
+            "Seconds the requests in flight may still run once the server is told to stop "
+            "(SIGTERM, SIGINT); new ones are refused (503) from the start, and those left at "
+            "the end get an error event."))] = serve_options.SHUTDOWN_GRACE_S,
         *, launch: dict[str, Any]) -> None:
     """Serve the dflash_core engine over an OpenAI-compatible HTTP API."""
     from backends.local_engine import require_engine
@@ -90,7 +94,7 @@ def serve(
         port=port, served_model_name=served_model_name, seed=seed, log_level=log_level.value,
         engine_thread=engine_thread, max_body_bytes=max_body_bytes,
         max_connections=max_connections, header_timeout=header_timeout,
-        body_timeout=body_timeout))
+        body_timeout=body_timeout, shutdown_grace=shutdown_grace))
 
 
 def main() -> None:

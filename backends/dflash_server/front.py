@@ -65,7 +65,7 @@ def http_server(options: ServeOptions, door, info):
     from backends.dflash_server.drain import Drain
     from backends.dflash_server.intake import Intake
 
-    drain, throttled = Drain(), Throttled()
+    drain, throttled = Drain(options.shutdown_grace), Throttled()
     app = build_app(door, info, Intake(options.max_body_bytes, options.body_timeout), drain)
     protocol = guarded_protocol(connection_cap(options.max_connections),
                                 options.header_timeout, throttled)

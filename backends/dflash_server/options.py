@@ -19,6 +19,7 @@ MAX_BODY_BYTES = 16 * 2**20  # a prompt of 100k+ tokens, JSON-escaped, fits seve
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 1000  # lowered to what the open-file limit leaves, if below
+SHUTDOWN_GRACE_S = 5.0  # once stopping, how long the requests in flight may still run
 
 
 @dataclass(slots=True)
@@ -42,6 +43,7 @@ class ServeOptions:
     header_timeout: float = HEADER_TIMEOUT_S
     body_timeout: float = BODY_TIMEOUT_S
     max_connections: int = MAX_CONNECTIONS
+    shutdown_grace: float = SHUTDOWN_GRACE_S
 
     def check(self) -> None:
         """A UserError (one line) for a setting the server cannot run with, before anything is
@@ -57,6 +59,9 @@ class ServeOptions:
                             ("--body-timeout", self.body_timeout)):
             if not 0 < value < float("inf"):
                 raise UserError(f"{flag} must be a positive number, got {value}")
+        if not 0 <= self.shutdown_grace < float("inf"):
+            raise UserError(f"--shutdown-grace must be 0 or more seconds, got "
+                            f"{self.shutdown_grace}")
         positions = read_config(self.target).get("max_position_embeddings")
         check_serving_context(self.max_context, positions,
                               speculation(self.launch, self.checkpoints))

@@ -23,6 +23,7 @@ COMMANDS = {"tuner": ["-m", "tuner", "serve"], "server": ["-m", "backends.dflash
     ("server", ["--max-context", "5000"], "past the target's max_position_embeddings, 4096"),
     ("tuner", ["--max-body-bytes", "0"], "--max-body-bytes must be a positive number"),
     ("server", ["--header-timeout", "-1"], "--header-timeout must be a positive number"),
+    ("server", ["--shutdown-grace", "-1"], "--shutdown-grace must be 0 or more seconds"),
     ("tuner", ["--max-context", "1e9"], "Invalid value for '--max-context'"),
     ("server", ["--max-context", "1e9"], "Invalid value for '--max-context'"),
 ])
