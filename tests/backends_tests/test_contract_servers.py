@@ -6,9 +6,7 @@ has one good configuration."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import psutil
 import pytest
@@ -16,9 +14,8 @@ from contract import BackendContract
 
 from backends import Deployment, LaunchParams, Workload, get_backend
 from backends.flags import LaunchTarget
-from backends.serving import SGLangBackend, VLLMBackend
+from fake_servers.fake_backends import FakeSGLangBackend, FakeVLLMBackend
 
-FAKE_ENGINE = Path(__file__).parent / "fake_servers" / "fake_engine.py"
 # Two users at most, a handful of short requests: every launch measures in well under a second.
 TINY = Workload(input_len=16, output_len=8, concurrency=(1, 2))
 WINDOW = {"requests_per_level": 4, "warmup_requests": 1, "start_timeout_s": 60.0}
@@ -75,22 +72,6 @@ class TestServeBackendContract(BackendContract):
 
 
 # --- SGLang and vLLM, played by the fake engine ------------------------------------------------
-
-
-class _OnFakeEngine:
-    """Runs the rendered launch command through the fake engine, on a node of the deployment's
-    GPUs (the hook ServerBackend offers for commands that are not runnable as emitted)."""
-
-    def executable(self, argv: list[str]) -> list[str]:
-        return [sys.executable, str(FAKE_ENGINE), "--gpus", str(self.deployment.gpus), *argv]
-
-
-class FakeSGLangBackend(_OnFakeEngine, SGLangBackend):
-    pass
-
-
-class FakeVLLMBackend(_OnFakeEngine, VLLMBackend):
-    pass
 
 
 # Two GPUs, so that per-GPU throughput is not per-GPU by accident.

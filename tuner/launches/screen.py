@@ -5,18 +5,24 @@ node); after every round they are refitted to what the launches measured, so the
 ranking follows the node at hand. A proposal is the model's best configurations, found by
 random sampling and then a walk through single-parameter neighbourhoods, with what was already
 launched left out.
+
+The knobs the model prices at their defaults (NCCL's protocol, ...) cannot rank anything: of the
+configurations that differ only in them the screen proposes one, at the engine's defaults where
+the space's rules allow, and `variants` lists the values a measurement must tell apart.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from backends.contract import LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
+from backends.launch_params import LaunchParams
 from backends.perf_model import Efficiency, PerfModelBackend
 from backends.perf_model.acceptance_fit import fit_acceptance
+from backends.perf_model.backend import unpriced_knobs
 from backends.perf_model.calibrate import Observation, fit
 from backends.perf_model.catalog import load_hardware
 from backends.perf_model.references import model_predictor
@@ -52,6 +58,19 @@ class Screen:
     def __post_init__(self) -> None:
         self.model = PerfModelBackend(self.deployment, self.efficiency)
         self._memo: dict[str, Prediction | None] = {}
+        unpriced = unpriced_knobs(self.deployment.measured_kernels)
+        self.unpriced = {f.name: f.default for f in fields(LaunchParams) if f.name in unpriced}
+
+    def priced_key(self, params: dict) -> str:
+        """What the model can tell apart: ``params`` less the knobs it prices at defaults."""
+        return config_key({k: v for k, v in params.items() if k not in self.unpriced})
+
+    def variants(self, params: dict, knob: str) -> list[dict]:
+        """``params`` with ``knob`` (one the model cannot price) at each other value the space
+        allows there, everything else as it is."""
+        rng = random.Random(0)
+        return [n for n in self.space.neighbours(params, self.context, rng)
+                if n.get(knob) != params.get(knob) and self.priced_key(n) == self.priced_key(params)]
 
     def calibrate(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
         """Refit the drafter's acceptance to the measured tokens per round, then the model's
@@ -84,20 +103,38 @@ class Screen:
         return self._memo[key]
 
     def propose(self, k: int, exclude: set[str], must: dict | None = None) -> list[Prediction]:
-        """The ``k`` best predicted configurations not in ``exclude`` (config keys); ``must``
-        fixes some parameters (e.g. the no-speculation baseline)."""
+        """The ``k`` best predicted configurations whose ``priced_key`` is not in ``exclude``;
+        ``must`` fixes some parameters (e.g. the no-speculation baseline)."""
         rng = random.Random(f"{self.seed}/{len(exclude)}")
-        pool = {}
+        pool: dict[str, dict] = {}
         for _ in range(self.samples):
-            params = self.space.sample(self.context, rng, must)
-            if not self.space.violations(params, self.context):
-                pool[config_key(params)] = params
+            if (params := self._sample(rng, must)) is not None:
+                self._keep(pool, params)
         ranked = self._ranked(pool.values())
         for start in ranked[:WALK_STARTS]:
             for p in self.walk(start, rng, must):
-                pool[config_key(p.params)] = p.params
-        fresh = [p for p in self._ranked(pool.values()) if config_key(p.params) not in exclude]
+                self._keep(pool, p.params)
+        fresh = [p for p in self._ranked(pool.values()) if self.priced_key(p.params) not in exclude]
         return fresh[:k]
+
+    def _sample(self, rng: random.Random, must: dict | None) -> dict | None:
+        """A feasible sample with the unpriced knobs at their defaults, else at whatever values
+        the space's rules leave; None if the draw breaks a rule either way."""
+        for given in ({**self.unpriced, **(must or {})}, must):
+            params = self.space.sample(self.context, rng, given)
+            if not self.space.violations(params, self.context):
+                return params
+        return None
+
+    def _keep(self, pool: dict[str, dict], params: dict) -> None:
+        """One configuration per priced key: the one with the fewest unpriced knobs away from
+        their defaults."""
+        key = self.priced_key(params)
+        if key not in pool or self._off_default(params) < self._off_default(pool[key]):
+            pool[key] = params
+
+    def _off_default(self, params: dict) -> int:
+        return sum(k in params and params[k] != d for k, d in self.unpriced.items())
 
     def _ranked(self, configs) -> list[Prediction]:
         found = [p for p in map(self.predict, configs) if p is not None]

@@ -6,9 +6,12 @@ prove themselves in fresh launches.
 2. Exploration rounds: refit the model to everything measured, launch its ``per_round`` best
    configurations not yet launched. Each launch finds its own SLA limit with short windows; a
    limit that beats the best score so far is measured again with a long window.
-3. Successive halving: the best ``finalists`` (by median minus spread penalty) are relaunched,
+3. The knobs the model cannot price (MEASURED_ONLY: the all-reduce path, NCCL's protocol, ...)
+   are measured instead: knob by knob, in the space's order, the leader so far is launched
+   with each other value of that knob, so a value that wins leads into the next knob.
+4. Successive halving: the best ``finalists`` (by median minus spread penalty) are relaunched,
    the better half again, until the leader has ``repeats`` runs.
-4. The leader's last launch runs the gates; a failure disqualifies it and the next leader goes
+5. The leader's last launch runs the gates; a failure disqualifies it and the next leader goes
    through the same.
 The launch budget counts every launch, gates and repeats included.
 """
@@ -29,6 +32,7 @@ from tuner.records import GATES_PASSED
 from tuner.launches.launcher import Launch
 from tuner.launches.launcher import Launcher
 from tuner.launches.screen import Screen
+from tuner.selection import config_key
 
 BASELINE = {"speculative_algorithm": "none"}
 PROBE_REFERENCE = "probe_reference"
@@ -56,6 +60,7 @@ class LaunchAware:
 
     def run(self) -> Outcome:
         self._explore()
+        self._measure_unpriced()
         winner = self._finals()
         history = self.launcher.launches
         return Outcome(winner, winner and len(self._runs()[winner.key]),
@@ -75,6 +80,19 @@ class LaunchAware:
         t = self.tuning
         return sum(self._needed(rank) - 1 for rank in range(t.finalists)) + t.finalists
 
+    def _unpriced_budget(self) -> int:
+        """Launches kept for the unpriced knobs: one per other value of each, as counted on the
+        baseline, at most half of what exploration would otherwise have."""
+        base = next(iter(self.launcher.launches), None)
+        if base is None:
+            return 0
+        wanted = sum(len(self.screen.variants(base.params, knob)) for knob in self._unpriced())
+        return min(wanted, (self.tuning.launches - self._finals_budget() - 1) // 2)
+
+    def _unpriced(self) -> list[str]:
+        """The unpriced knobs the space samples, in its order."""
+        return [n for n in self.screen.space.param_names if n in self.screen.unpriced]
+
     def _needed(self, rank: int) -> int:
         """Runs the finalist at ``rank`` needs (successive halving, ``owed_runs``); the leader
         always gets a gated run beyond its first."""
@@ -91,15 +109,29 @@ class LaunchAware:
                              reference=self.gates.record_reference)
                 # Kept in the study, so a resumed run judges against the same outputs.
                 self.launcher.study.set_user_attr(PROBE_REFERENCE, self.gates.reference)
-        while self.left > self._finals_budget():
+        reserved = self._finals_budget() + self._unpriced_budget()
+        while self.left > reserved:
             self.screen.calibrate(self._observations())
-            launched = set(self._runs())
-            room = self.left - self._finals_budget()
+            launched = {self.screen.priced_key(x.params) for x in self.launcher.launches}
+            room = self.left - reserved
             proposals = self.screen.propose(min(self.tuning.per_round, room), launched)
             if not proposals:
                 break
             for p in proposals:
                 self._launch(p.params, p.limit, bar=self._bar())
+
+    def _measure_unpriced(self) -> None:
+        for knob in self._unpriced():
+            ranked = self._ranked()
+            if not ranked:
+                return
+            leader = self._runs()[ranked[0]][-1]
+            guess = leader.best.concurrency if leader.best else None
+            for variant in self.screen.variants(leader.params, knob):
+                if self.left <= self._finals_budget():
+                    return
+                if config_key(variant) not in self._runs():
+                    self._launch(variant, guess, bar=self._bar())
 
     def _finals(self) -> Launch | None:
         # A resumed study remembers which configurations already went through the gates.

@@ -3,24 +3,32 @@
 
     python fake_engine.py --gpus N python -m sglang.launch_server --model-path M ... --port P
     python fake_engine.py --gpus N vllm serve M --tensor-parallel-size 2 ... --port P
+    python fake_engine.py --gpus N --tokens-per-s 100 ...   (a slower stream than the default)
 
 The command is parsed strictly, as the engines' argparse does (an unknown flag exits 2), so a
 ServerBackend test also checks the argv its dialect renders. Failures, as the engines log them:
 more GPUs than the node has -> ``ValueError`` (invalid configuration); a memory fraction above
 ``OOM_FRACTION`` -> ``torch.OutOfMemoryError``. Speculative launches commit ``ACCEPT_LEN``
 tokens per verify round (at most the block), counted as the engine counts them in ``/metrics``.
+
+The fake node is a PCIe box without peer-to-peer access, where the all-reduce path decides the
+speed (the published measurements on 8x RTX PRO 6000): the engine's custom all-reduce is slow,
+NCCL is ``NCCL_OVER_CUSTOM`` times faster, and NCCL's LL128 protocol another ``LL128_OVER_NCCL``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 OOM_FRACTION = 0.95  # weights plus the KV pool at 0.99 of the card: what a real launch OOMs at
 ACCEPT_LEN = 3
 STUB_TIMING = {"ttft_ms": 5.0, "tokens_per_s": 1000.0}  # fast: contract tests launch often
 ENGINES = {("python", "-m", "sglang.launch_server"): "sglang", ("vllm", "serve"): "vllm"}
+NCCL_OVER_CUSTOM = 1.3
+LL128_OVER_NCCL = 1.4
 
 
 def _sglang_parser() -> argparse.ArgumentParser:
@@ -110,7 +118,16 @@ def _metrics(engine: str, speculative: bool):
     return metrics
 
 
-def _serve(engine: str, args: argparse.Namespace, block: int | None) -> None:
+def _all_reduce_speedup(args: argparse.Namespace) -> float:
+    """Stream speed relative to the engine's defaults: NCCL carries the all-reduce only with
+    the custom one disabled, and its protocol matters only then."""
+    if not args.disable_custom_all_reduce:
+        return 1.0
+    return NCCL_OVER_CUSTOM * (LL128_OVER_NCCL if os.environ.get("NCCL_PROTO") == "LL128" else 1)
+
+
+def _serve(engine: str, args: argparse.Namespace, block: int | None,
+           tokens_per_s: float) -> None:
     import openai_stub
     import uvicorn
     from starlette.applications import Starlette
@@ -118,7 +135,9 @@ def _serve(engine: str, args: argparse.Namespace, block: int | None) -> None:
 
     model = args.model_path if engine == "sglang" else args.model
     accept = min(ACCEPT_LEN, block) if block else 1
-    openai_stub.STATE.config = openai_stub.Config(model=model, accept_len=accept, **STUB_TIMING)
+    openai_stub.STATE.config = openai_stub.Config(
+        model=model, accept_len=accept, ttft_ms=STUB_TIMING["ttft_ms"],
+        tokens_per_s=tokens_per_s * _all_reduce_speedup(args))
     routes = [r for r in openai_stub.app.routes if r.path != "/metrics"]
     routes += [Route("/metrics", _metrics(engine, block is not None)),
                Route("/health_generate", openai_stub.health)]
@@ -130,6 +149,7 @@ def _serve(engine: str, args: argparse.Namespace, block: int | None) -> None:
 def main() -> None:
     own = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     own.add_argument("--gpus", type=int, required=True)
+    own.add_argument("--tokens-per-s", type=float, default=STUB_TIMING["tokens_per_s"])
     own.add_argument("command", nargs=argparse.REMAINDER)
     ours = own.parse_args()
     engine = next((name for prefix, name in ENGINES.items()
@@ -140,7 +160,7 @@ def main() -> None:
     args = parser.parse_args(ours.command[3 if engine == "sglang" else 2:])
     world, memory, block = _launch(engine, args)
     _refuse(ours.gpus, world, memory)
-    _serve(engine, args, block)
+    _serve(engine, args, block, ours.tokens_per_s)
 
 
 if __name__ == "__main__":
