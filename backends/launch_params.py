@@ -36,7 +36,7 @@ SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
 # The knobs the performance model cannot price: it predicts a configuration as if they were at
 # their defaults (`LaunchParams.priced`), so only a measurement on the engine can tell them apart.
 MEASURED_ONLY = frozenset({"disable_custom_all_reduce", "nccl_proto", "nccl_p2p_level",
-                           "decode_context_parallel_size", "cudagraph_mode"})
+                           "cudagraph_mode"})
 # What a field's annotation admits (a YAML integer is a fine float; a bool is no integer).
 _ADMITS = {"int": (int,), "bool": (bool,), "str": (str,), "float": (int, float),
            "tuple[int, ...]": (tuple,)}

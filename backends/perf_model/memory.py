@@ -84,6 +84,8 @@ def _kv_bytes_per_token_gpu(m: ModelArch, d: DrafterArch | None, lp: LaunchParam
         target = m.num_layers * m.kv_bytes_per_token_layer / min(tp, m.kv_heads)
     else:  # MLA latent replicated on every TP rank
         target = m.num_layers * m.kv_bytes_per_token_layer
+    if not lp.enable_dp_attention:  # decode context parallelism: each rank keeps 1/dcp
+        target /= lp.decode_context_parallel_size
     draft = 0.0
     if d and lp.speculative:  # the draft pool keeps one slot per target token
         draft = d.num_layers * d.kv_bytes_per_token_layer / min(tp, d.kv_heads)

@@ -24,7 +24,7 @@ from backends.perf_model.routing import ep_load_imbalance
 from backends.perf_model.terms import ROOFLINE, Term, collective, decode_attention, experts
 from backends.perf_model.terms import fitted, gemms, prompt_attention, total
 from backends.perf_model.traffic import Collectives
-from backends.perf_model.traffic import target_collectives
+from backends.perf_model.traffic import context_parallel_collectives, target_collectives
 
 __all__ = ["Forward", "Node", "draft_forward", "graphed", "target_forward"]
 
@@ -80,15 +80,22 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     rank_batch = math.ceil(batch / tp) if dp_attention else batch
     heads = m.num_heads if dp_attention else max(1, m.num_heads // tp)
     kv_heads = m.kv_heads if dp_attention or not m.kv_heads else max(1, m.kv_heads // tp)
+    # Decode context parallelism: each of ``dcp`` ranks holds 1/dcp of every request's KV and
+    # attends for the queries of all dcp ranks' heads over it (prompts are not split).
+    dcp = 1 if prefill or dp_attention else lp.decode_context_parallel_size
     attention = _attention_roofline(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
-                                    m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context)
+                                    m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context,
+                                    context_split=dcp)
     if prefill and context <= tokens_per_req:
         attention = prompt_attention(node, m.num_layers, heads, kv_heads, m.head_dim,
                                      rank_batch, tokens_per_req, attention)
     elif not prefill:
-        attention = decode_attention(node, m.num_layers, heads, kv_heads, m.head_dim,
-                                     rank_batch, tokens_per_req, context, attention)
-    comm = _comm(node, target_collectives(m, lp, tokens), lp, use_graph, imbalance)
+        attention = decode_attention(node, m.num_layers, heads * dcp, kv_heads, m.head_dim,
+                                     rank_batch, tokens_per_req, context / dcp, attention)
+    collectives = target_collectives(m, lp, tokens)
+    if dcp > 1:
+        collectives |= context_parallel_collectives(m, heads, dcp, tokens)
+    comm = _comm(node, collectives, lp, use_graph, imbalance)
     dispatch = fitted(m.num_moe_layers * node.eff.ep_dispatch_us / 1e3 if ep > 1 else 0.0)
     launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
@@ -186,13 +193,14 @@ def _moe_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int, skew:
 
 def _attention_roofline(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
                         flops_per_ctx_layer: int, lp: LaunchParams, batch: int, tokens: int,
-                        context: float) -> Term:
-    """Reads each request's prefix K/V once for all its tokens (verify is prefill-like)."""
+                        context: float, context_split: int = 1) -> Term:
+    """Reads each request's prefix K/V once for all its tokens (verify is prefill-like);
+    ``context_split`` ranks share each prefix (decode context parallelism), the same FLOPs."""
     tp = lp.tp_size
     if lp.enable_dp_attention:  # each rank attends for its own requests with all heads
         share = 1.0 / tp
     else:  # MLA's latent (kv_heads == 0) is replicated on every TP rank; GQA splits by head
-        share = 1.0 / min(tp, kv_heads) if kv_heads else 1.0
+        share = (1.0 / min(tp, kv_heads) if kv_heads else 1.0) / context_split
     kv_bytes = batch * context * layers * kv_bytes_layer * share
     flops = tokens * context * layers * flops_per_ctx_layer / tp
     # Attention tiles over heads and context, not over the step's rows: no small-shape penalty.

@@ -49,6 +49,21 @@ def target_collectives(m: ModelArch, lp: LaunchParams, tokens: int,
     return {"all_gather": Collectives(2 * m.num_layers, hidden), "logits": logits}
 
 
+def context_parallel_collectives(m: ModelArch, heads: int, dcp: int, tokens: int,
+                                 dtype_bytes: int = BF16_BYTES) -> dict[str, Collectives]:
+    """What decode context parallelism adds to a decode forward over ``tokens`` tokens on a
+    rank of ``heads`` query heads: every layer gathers the queries of the ``dcp`` ranks that
+    share a request's KV, and sends each rank's partial outputs (with their log-sum-exp, one
+    value a head) back to the rank that owns the head, a reduce-scatter. A head's query and
+    output are its K width: MLA's latent (absorbed) or GQA's head."""
+    width = m.kv_bytes_per_token_layer // BF16_BYTES if not m.kv_heads else m.head_dim
+    rows = tokens * heads * dcp
+    return {"dcp_queries": Collectives(m.num_layers, rows * width * dtype_bytes, "all_gather",
+                                       dcp),
+            "dcp_outputs": Collectives(m.num_layers, rows * (width + 1) * dtype_bytes,
+                                       "reduce_scatter", dcp)}
+
+
 def replicated_draft_collectives(m: ModelArch, lp: LaunchParams, batch: int,
                                  dtype_bytes: int = BF16_BYTES) -> dict[str, Collectives]:
     """One DFlash draft with the drafter replicated on every rank (dflash_core's choice): only

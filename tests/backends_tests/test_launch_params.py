@@ -99,7 +99,8 @@ def test_the_model_prices_measured_only_knobs_at_their_defaults():
     lp = LaunchParams(tp_size=4, dp_size=2, nccl_proto="LL128", nccl_p2p_level="LOC",
                       disable_custom_all_reduce=True, decode_context_parallel_size=2,
                       cudagraph_mode="PIECEWISE")
-    assert set(lp.non_default()) - {"tp_size", "dp_size"} == MEASURED_ONLY
-    assert lp.priced() == LaunchParams(tp_size=4, dp_size=2)
+    assert set(lp.non_default()) - {"tp_size", "dp_size"} == MEASURED_ONLY | {
+        "decode_context_parallel_size"}  # priced: its KV split and collectives are modelled
+    assert lp.priced() == LaunchParams(tp_size=4, dp_size=2, decode_context_parallel_size=2)
     assert "DCP2" in lp.label() and lp.label().endswith(
         "no-custom-ar NCCL_PROTO=LL128 NCCL_P2P_LEVEL=LOC")

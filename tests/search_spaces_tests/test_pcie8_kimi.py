@@ -226,6 +226,10 @@ def test_a_vllm_study_asks_about_context_parallel_and_the_graph_mode(space: Sear
             assert "tp_size % decode_context_parallel_size == 0" in space.violations(p, context)
         elif not space.violations(p, context):
             LaunchParams.from_params(p)
+    # The model prices context parallelism, not the graph mode: a model study asks only the first.
+    model = sample(space, {**CONTEXT, "engine": "vllm"}, 200)
+    assert {p["decode_context_parallel_size"] for p in model} == {1, 2, 4, 8}
+    assert not any("cudagraph_mode" in p for p in model)
 
 
 def test_graphs_must_cover_the_highest_level_measured(space: SearchSpace) -> None:
