@@ -243,11 +243,12 @@ def study_config(stored: dict[str, Any], storage: str, name: str) -> Config:
 
 
 def _emitter(run_cfg: Config, engine: str) -> Emitter:
-    """The study's pinned version, overrides and port apply to its own engine; another engine
-    gets its defaults (its own port, not the study engine's)."""
+    """The study's launcher, pinned version, overrides and port apply to its own engine;
+    another engine gets its defaults (its own port and start command, not the study engine's)."""
     same = engine == run_cfg.backend.engine
     target = launch_target_from(run_cfg)
-    return Emitter(engine, target if same else replace(target, port=default_port(engine)),
+    other = replace(target, port=default_port(engine), launcher=())
+    return Emitter(engine, target if same else other,
                    run_cfg.backend.engine_version if same else None,
                    run_cfg.backend.flag_overrides if same else {})
 
