@@ -12,8 +12,9 @@ from backends.launch_params import LaunchParams
 
 pytestmark = pytest.mark.parsers
 
-# Each engine's commands must reach every choice of these knobs (SGLang has no decode context
-# parallelism or graph modes; vLLM's expert parallelism spans every GPU, it has no attention DP).
+# Each engine's commands must reach every choice of these knobs (our SGLang dialect renders no
+# decode context parallelism or graph modes; vLLM's expert parallelism spans every GPU, and we
+# give it no attention DP).
 COVERED = {
     "sglang": {"tp_size": {4, 8}, "ep_size": {1, 4, 8}, "enable_dp_attention": {False, True}},
     "vllm": {"tp_size": {4, 8}, "ep_size": {1, 8}, "decode_context_parallel_size": {1, 2, 4, 8},
