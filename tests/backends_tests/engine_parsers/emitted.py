@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from backends.flags import is_experimental
 from backends.launch_params import LaunchParams
-from tuner.best import _emitter
+from tuner.best import emitter_for
 from tuner.config import Config
 from tuner.config import load_config
-from tuner.errors import ConfigError
 from tuner.params import parse
 from tuner.wiring import space_context
 from tuner.wiring import space_from
@@ -72,8 +70,8 @@ def _commands(cfg: Config, study: str) -> list[Emitted]:
         launch, _ = parse(params)
         if launch is not None and not space.violations(params, context):  # never a trial
             launches.append(launch)
-    emitters = [_emitter(cfg, engine) for engine in ENGINES]
-    return [Emitted(study, e.engine, e.target.device, lp, tuple(argv), tuple(sorted(e.env(lp).items())),
-                    is_experimental(e.engine, lp))
+    emitters = [emitter_for(cfg, engine) for engine in ENGINES]
+    return [Emitted(study, e.engine, e.target.device, lp, tuple(argv),
+                    tuple(sorted(e.env(lp).items())), is_experimental(e.engine, lp))
             for lp in launches for e in emitters
             if (argv := e.argv(lp)) is not None]  # None: `best` never picks it for e.engine

@@ -106,7 +106,8 @@ def check_vllm(argv: list[str]) -> dict:
     config = engine.create_engine_config()
     # The CPU platform turns graphs and the custom all-reduce off in the config it creates:
     # what the command asked for is read from the engine arguments.
-    parallel, spec, compile_ = config.parallel_config, config.speculative_config, engine.compilation_config
+    parallel, spec = config.parallel_config, config.speculative_config
+    compile_ = engine.compilation_config
     return {
         "tp": parallel.tensor_parallel_size, "dp": parallel.data_parallel_size,
         # --enable-expert-parallel has no size: the MoE layers span every GPU of the launch.

@@ -27,7 +27,7 @@ BOTH = {"disable_custom_all_reduce": {False, True}, "nccl_proto": {None, "LL", "
 
 @pytest.fixture(scope="module")
 def commands(checkpoints) -> list[Emitted]:
-    """The commands of released engines (DDTree's are for SGLang's branch: test_engine_refusals)."""
+    """Those for released engines (DDTree's are for SGLang's branch: test_engine_refusals)."""
     return [c for c in emitted(*checkpoints) if not c.experimental]
 
 
