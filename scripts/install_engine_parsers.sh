@@ -2,8 +2,8 @@
 # Installs SGLang 0.5.23 and vLLM 0.33.0 without their GPU kernels in one venv, .venv-parsers:
 # enough to import their argument parsers, resolve SGLang's ServerArgs and create vLLM's engine
 # config on a CPU. The `parsers` tests (`pytest -m parsers`) check every command `best
-# --emit-flags` can print with them. Idempotent: a venv whose engines already import is left
-# as it is.
+# --emit-flags` can print with them. Idempotent: a venv installed with these very pins, whose
+# engines import, is left as it is; one from other pins gets these.
 #
 # Why --no-deps: either engine's own requirements pull a CUDA torch, flashinfer, DeepGEMM and
 # the nvidia-* libraries (several GB); parsing needs none of them. The light packages below are
@@ -25,19 +25,22 @@ LIGHT=(
     compressed-tensors==0.18.0 einops==0.8.2
 )
 probe='import sglang.srt.server_args, vllm.engine.arg_utils, vllm.entrypoints.cli.serve'
-if [[ -x "$VENV/bin/python" ]] && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "$probe" 2>/dev/null
-then
+pins="sglang==$SGLANG vllm==$VLLM ${LIGHT[*]}"
+if [[ -x "$VENV/bin/python" && "$(cat "$VENV/pins" 2>/dev/null)" == "$pins" ]] &&
+    VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "$probe" 2>/dev/null; then
     echo "SGLang and vLLM parsers already in $VENV" >&2
     exit 0
 fi
 pip_quiet() {
     # This machine's pip names local indexes some packages are not in; their warnings are noise.
-    "$VENV/bin/pip" install -q --no-warn-conflicts "$@" 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+    "$VENV/bin/pip" install -q --no-warn-conflicts "$@" 2>&1 |
+        { grep -v 'is ignored: it is neither' || true; }
 }
-python3 -m venv "$VENV"
+[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 # torch first, the local CPU build: a resolver left to itself may fetch a multi-GB CUDA build.
 pip_quiet torch==2.13.0
 pip_quiet "${LIGHT[@]}"
 pip_quiet --no-deps "sglang==$SGLANG" "vllm==$VLLM"
 VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "$probe" 2>/dev/null
+echo "$pins" >"$VENV/pins"
 echo "SGLang $SGLANG and vLLM $VLLM parsers in $VENV" >&2
