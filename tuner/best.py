@@ -172,7 +172,7 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
     engine = engine or run_cfg.backend.engine
     w = run_cfg.workload  # flags and SLA follow what the study ran with
     limits = with_bounds([Limit.parse(s) for s in sla], w.bounds) if sla is not None else w.limits
-    emit = _emitter(run_cfg, engine)
+    emit = emitter_for(run_cfg, engine)
     trials = records.load_trials(db, cfg.study.name)
     ranking = ranking_of(run_cfg, trials, records.load_winner(db, cfg.study.name))
     target = w.target_concurrency
@@ -242,12 +242,13 @@ def study_config(stored: dict[str, Any], storage: str, name: str) -> Config:
             "by another program or version: run the study again into a new DB") from None
 
 
-def _emitter(run_cfg: Config, engine: str) -> Emitter:
-    """The study's pinned version, overrides and port apply to its own engine; another engine
-    gets its defaults (its own port, not the study engine's)."""
+def emitter_for(run_cfg: Config, engine: str) -> Emitter:
+    """The study's launcher, pinned version, overrides and port apply to its own engine;
+    another engine gets its defaults (its own port and start command, not the study engine's)."""
     same = engine == run_cfg.backend.engine
     target = launch_target_from(run_cfg)
-    return Emitter(engine, target if same else replace(target, port=default_port(engine)),
+    other = replace(target, port=default_port(engine), launcher=())
+    return Emitter(engine, target if same else other,
                    run_cfg.backend.engine_version if same else None,
                    run_cfg.backend.flag_overrides if same else {})
 

@@ -71,11 +71,12 @@ _ATTN_DP_FROM_0_5_22 = {
     "enable_dp_lm_head": "--enable-dp-lm-head",  # the LM head split over the attention-DP group
 }
 
-# vLLM's knobs with no SGLang flag. SGLang's context parallelism (--attn-cp-size) splits the
-# prefill's attention for NSA models; nothing splits the decode KV cache by context.
+# Knobs this dialect does not render for SGLang. SGLang 0.5.23 does have decode context
+# parallelism (--dcp-size, alias --decode-context-parallel-size; its parser accepts it,
+# tests/backends_tests/engine_parsers), but no study has measured it there yet.
 _NOT_SGLANG = {
-    "decode_context_parallel_size": "SGLang has no decode context parallelism (vLLM's "
-                                    "--decode-context-parallel-size)",
+    "decode_context_parallel_size": "this dialect does not render SGLang's --dcp-size yet "
+                                    "(the space asks it of vLLM only)",
     "cudagraph_mode": "it is vLLM's compilation setting; SGLang's graphs are cuda_graph and "
                       "cuda_graph_bs",
 }
