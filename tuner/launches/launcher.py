@@ -112,12 +112,13 @@ class Launcher:
         measured again (the cheap fidelity pruned it). ``gates`` judge the launch;
         ``reference`` records what later launches are judged against (the baseline's outputs)."""
         try:
-            return self._run(params, guess, bar, gates, reference)
+            return self.find(params, guess, bar, gates, reference)
         except BaseException:  # Ctrl-C mid-launch: the server is gone, the trial did not count
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
 
-    def _run(self, params, guess, bar, gates, reference) -> Launch:
+    def find(self, params, guess, bar, gates, reference) -> Launch:
+        """What a launch of ``params`` finds, unrecorded (``launch`` has the arguments)."""
         launch, invalid = parse(params)
         try:
             if launch is None:
