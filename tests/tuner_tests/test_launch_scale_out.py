@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import optuna
+from cli_helpers import cli
 from cli_helpers import write_config
 from workers import finished
 from workers import records_of
@@ -111,3 +112,22 @@ def test_a_stalled_workers_late_result_is_dropped(tmp_path):
     assert f"launch {late.number} went stale while it ran" in errs[1]
     _assert_one_study(url, errs)
     assert late.number not in records_of(url, STUDY)
+
+
+def test_a_worker_on_other_hardware_or_engine_is_refused_with_one_line(tmp_path):
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    _study(tmp_path)
+    first = _worker(tmp_path, url, 600.0)  # the study's worker, inside its first launch
+    running_trial_of(first, url, STUDY)
+    other = tmp_path / "other"
+    other.mkdir()
+    write_config(other, backend={**SIM, "engine": "vllm"}, tuning=TUNING,
+                 hardware={"gpu": "h200-sxm"})
+    result = cli("run", "-c", str(other / "tuner.yaml"), "--storage", url, cwd=other)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "was run with other settings" in line and "hardware.gpu" in line
+    assert "backend.engine" in line
+    assert len(trials_of(url, STUDY)) == 1  # the refused worker launched nothing
