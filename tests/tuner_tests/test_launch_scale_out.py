@@ -23,6 +23,7 @@ from workers import worker
 
 from tuner.budget import WORKER_KEY
 from tuner.config import StudyConfig
+from tuner.dashboard.report import write_report
 from tuner.study import JOINS_KEY
 from tuner.study import MEASURED_KEY
 
@@ -66,6 +67,12 @@ def _workers_share_one_study(folder: Path, url: str, n: int) -> None:
     measured = _assert_one_study(url, errs)
     by_worker = Counter(t.user_attrs[WORKER_KEY] for t in measured)
     assert len(by_worker) == n, by_worker  # every worker measured: the study was shared
+    # The report says which worker measured each launch.
+    page = write_report(url, STUDY, folder / "report.html").read_text()
+    row = re.search(r"<th>measured by</th><td>(.*?)</td>", page).group(1)
+    for name in by_worker:
+        numbers = " ".join(f"#{t.number}" for t in measured if t.user_attrs[WORKER_KEY] == name)
+        assert f"{name}: {numbers}" in row
 
 
 def test_two_sqlite_workers_share_one_launch_aware_study(tmp_path):
