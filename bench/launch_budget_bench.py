@@ -35,16 +35,14 @@ from search_spaces import load_space  # noqa: E402
 from tuner.config import Config  # noqa: E402
 from tuner.config import load_config  # noqa: E402
 from tuner.launches.run import build  # noqa: E402
-from tuner.launches.screen import Screen  # noqa: E402
 from tuner.launches.strategy import Claimed  # noqa: E402
 from tuner.launches.strategy import Done  # noqa: E402
 from tuner.launches.strategy import Plan  # noqa: E402
 from tuner.launches.worker import LaunchWorker  # noqa: E402
 from tuner.launches.sla_search import search_limit  # noqa: E402
 from tuner.wiring import backend_from  # noqa: E402
-from tuner.wiring import deployment_from  # noqa: E402
 from tuner.wiring import space_context  # noqa: E402
-from tuner.wiring import truth_efficiency_from  # noqa: E402
+from tuner.wiring import truth_screen  # noqa: E402
 from tuner.wiring import workload_from  # noqa: E402
 
 # The node's hidden truth differs from the tuner's starting model (tuner.yaml's defaults): a
@@ -69,17 +67,8 @@ class Truth:
     """Noiseless goodput at the SLA: the Screen's exact search on the truth's constants."""
 
     def __init__(self, cfg: Config) -> None:
-        sim = cfg.backend.simulation
-        dep = deployment_from(cfg)
-        if sim.acceptance and dep.drafter:
-            from dataclasses import replace
-
-            dep = replace(dep, drafter=replace(dep.drafter, acceptance=tuple(sim.acceptance)))
-        self.space = load_space(cfg.search_space)
-        self.context = space_context(cfg)
-        self.screen = Screen(dep, self.space, self.context, workload_from(cfg),
-                             cfg.workload.limits, max(cfg.workload.concurrency),
-                             truth_efficiency_from(cfg), samples=3000)
+        self.screen = truth_screen(cfg, samples=3000)
+        self.space, self.context = self.screen.space, self.screen.context
 
     def value(self, params: dict) -> float:
         p = self.screen.predict(params)

@@ -22,10 +22,13 @@ from workers import wait_until
 from workers import worker
 
 from tuner.budget import WORKER_KEY
+from tuner import records
 from tuner.config import StudyConfig
+from tuner.config import load_config
 from tuner.dashboard.report import write_report
 from tuner.study import JOINS_KEY
 from tuner.study import MEASURED_KEY
+from tuner.wiring import truth_screen
 
 STUDY = "pcie8-kimi-sglang"
 SIM = {"name": "simulated", "simulation": {
@@ -43,8 +46,8 @@ def _study(folder: Path) -> None:
     write_config(folder, backend=SIM, tuning=TUNING, study={"heartbeat_s": 1})
 
 
-def _worker(folder: Path, url: str, delay_s: float):
-    return worker(folder, url, delay_s, backend="simulated")
+def _worker(folder: Path, url: str, delay_s: float, *args: str):
+    return worker(folder, url, delay_s, *args, backend="simulated")
 
 
 def _assert_one_study(url: str, errs: list[str]) -> list:
@@ -76,7 +79,15 @@ def _workers_share_one_study(folder: Path, url: str, n: int) -> None:
 
 
 def test_two_sqlite_workers_share_one_launch_aware_study(tmp_path):
-    _workers_share_one_study(tmp_path, f"sqlite:///{tmp_path / 'results.db'}", 2)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    _workers_share_one_study(tmp_path, url, 2)
+    # One worker alone on the same node and seed chooses no better than the two did.
+    finished(_worker(tmp_path, url, 0.0, "--study", "alone"), timeout=120)
+    cfg = load_config(tmp_path / "tuner.yaml")
+    truth, engine = truth_screen(cfg, samples=10), records.connect(url)
+    shared, alone = (truth.predict(records.load_winner(engine, s)).goodput
+                     for s in (STUDY, "alone"))
+    assert shared >= 0.95 * alone, (shared, alone)
 
 
 def test_three_postgres_workers_share_one_launch_aware_study(pg, tmp_path):
