@@ -70,8 +70,11 @@ def _workers_share_one_study(folder: Path, url: str, n: int) -> None:
     measured = _assert_one_study(url, errs)
     by_worker = Counter(t.user_attrs[WORKER_KEY] for t in measured)
     assert len(by_worker) == n, by_worker  # every worker measured: the study was shared
+    shown = rf"{len(measured)}/{LAUNCHES}\s+running 0, left {LAUNCHES - len(measured)}"
+    for err in errs:  # each worker's progress counted every worker's launches
+        assert re.search(shown, err), err
     # The report says which worker measured each launch.
-    page = write_report(url, STUDY, folder / "report.html").read_text()
+    page = write_report(StudyConfig(storage=url).storage, STUDY, folder / "r.html").read_text()
     row = re.search(r"<th>measured by</th><td>(.*?)</td>", page).group(1)
     for name in by_worker:
         numbers = " ".join(f"#{t.number}" for t in measured if t.user_attrs[WORKER_KEY] == name)
