@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 import socket
 import warnings
+from contextlib import AbstractContextManager
+from contextlib import nullcontext
 from dataclasses import dataclass
 from enum import Enum
 
 import optuna
 import sqlalchemy as sa
+from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
@@ -53,14 +56,23 @@ class Budget:
 
     def step(self) -> Step:
         """Call under the claim lock; a RUN holds only until the trial is started and marked."""
-        if self.heartbeats:
-            _fail_stale_trials(self.study)  # and re-queue them, before they are counted
+        self.fail_stale()  # and re-queue them, before they are counted
         done = recorded(self.engine, self.study.study_name)
         measured = sum(done.values())
         if measured >= self.target:
             return Step.DONE
-        in_flight = len(self._in_flight(done)) if self.heartbeats else 0
+        in_flight = len(self.in_flight(done)) if self.heartbeats else 0
         return Step.RUN if measured + in_flight < self.target else Step.WAIT
+
+    def heartbeat(self, number: int) -> AbstractContextManager:
+        """Heartbeats for trial ``number`` while its work runs outside ``study.optimize``."""
+        if not self.heartbeats:
+            return nullcontext()
+        return get_heartbeat_thread(self.trial_id(number), self.storage)
+
+    def running(self, number: int) -> bool:
+        """Whether trial ``number`` is still RUNNING (not failed as stale meanwhile)."""
+        return self.storage.get_trial(self.trial_id(number)).state == TrialState.RUNNING
 
     def trial_id(self, number: int) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id(), number)
@@ -70,7 +82,14 @@ class Budget:
             self._study_id = self.storage.get_study_id_from_name(self.study.study_name)
         return self._study_id
 
-    def _in_flight(self, done: dict[int, bool]) -> list[FrozenTrial]:
+    def fail_stale(self) -> None:
+        """Fail the trials whose worker stopped sending heartbeats (the storage's stale-trial
+        callback decides what follows). Call under the claim lock."""
+        if self.heartbeats:
+            _fail_stale_trials(self.study)
+
+    def in_flight(self, done: dict[int, bool]) -> list[FrozenTrial]:
+        """Marked RUNNING trials without a record in ``done`` (``recorded``)."""
         running = self.storage.get_all_trials(self.study_id(), deepcopy=False,
                                               states=(TrialState.RUNNING,))
         # A trial whose record is saved but whose Optuna state is not yet told is already counted.

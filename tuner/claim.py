@@ -51,12 +51,16 @@ class Claim:
         (created by Optuna's ask, inside ``study.optimize``) is marked as in flight."""
 
         def claimed(trial: optuna.Trial) -> Any:
-            if self.budget.heartbeats:
-                # The mark needs a heartbeat first: a marked trial with none would never go
-                # stale, so if this worker died right here the others would wait forever.
-                self.budget.storage.record_heartbeat(self.budget.trial_id(trial.number))
-            trial.set_user_attr(WORKER_KEY, self.worker)
+            self.mark(trial)
             self.lock.release()
             return objective(trial)
 
         return claimed
+
+    def mark(self, trial: optuna.Trial) -> None:
+        """Mark ``trial`` as this worker's, in flight (under the lock)."""
+        if self.budget.heartbeats:
+            # The mark needs a heartbeat first: a marked trial with none would never go
+            # stale, so if this worker died right here the others would wait forever.
+            self.budget.storage.record_heartbeat(self.budget.trial_id(trial.number))
+        trial.set_user_attr(WORKER_KEY, self.worker)

@@ -55,6 +55,23 @@ def trial_progress(total: int, already: int, what: str = "trials") -> Iterator[A
 
 
 @contextmanager
+def launch_progress(total: int) -> Iterator[Any]:
+    """A study's launches from every worker: done of ``total``, running, left, best so far."""
+    columns = (TextColumn("[bold]launches"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("running {task.fields[running]}, left {task.fields[left]}"),
+               TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
+    with Progress(*columns, console=human, transient=False) as bar:
+        task = bar.add_task("launches", total=total, running=0, left=total, best="-")
+
+        def update(done: int, running: int, best_tok_s: float | None) -> None:
+            best = f"{best_tok_s:,.0f} tok/s" if best_tok_s is not None else "-"
+            bar.update(task, completed=done, running=running,
+                       left=max(0, total - done - running), best=best)
+
+        yield update
+
+
+@contextmanager
 def stage_progress() -> Iterator[Any]:
     """One bar per named stage; the callback takes (stage, step, total, loss or None). Off a
     terminal (a log, a pipe, CI) a bar would show nothing until the end, so each stage prints

@@ -80,6 +80,21 @@ def truth_efficiency_from(cfg: Config):
     return Efficiency(**{**efficiency_from(cfg).as_dict(), **cfg.backend.simulation.efficiency})
 
 
+def truth_screen(cfg: Config, samples: int):
+    """The simulated node's noiseless truth as a screen: ``predict(params).goodput`` is what a
+    configuration really serves at the SLA there."""
+    from dataclasses import replace
+
+    from tuner.launches.screen import Screen
+
+    sim, dep = cfg.backend.simulation, deployment_from(cfg)
+    if sim.acceptance and dep.drafter:
+        dep = replace(dep, drafter=replace(dep.drafter, acceptance=tuple(sim.acceptance)))
+    return Screen(dep, space_from(cfg), space_context(cfg), workload_from(cfg),
+                  cfg.workload.limits, max(cfg.workload.concurrency),
+                  truth_efficiency_from(cfg), samples=samples)
+
+
 def space_from(cfg: Config):
     """The study's search space, its parameter names checked against LaunchParams."""
     from dataclasses import fields

@@ -7,17 +7,19 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import optuna
-import pytest
 import sqlalchemy as sa
 from cli_helpers import write_config
-from pg_server import postgres
 from plain_space import write_plain_space
+from workers import finished
+from workers import records_of
+from workers import running_trial_of
+from workers import trials_of
+from workers import wait_until
+from workers import worker
 
 from tuner import records
 from tuner.budget import WORKER_KEY
@@ -25,48 +27,27 @@ from tuner.budget import RetryUnrecorded
 from tuner.config import StudyConfig
 from tuner.study import MEASURED_KEY
 
-SLOW_WORKER = Path(__file__).with_name("slow_worker.py")
 STUDY = "pcie8-kimi-sglang"
 N = 10
 FINISHED = {"COMPLETE", "PRUNED", "FAIL"}
 
 
-@pytest.fixture(scope="module")
-def pg():
-    with postgres() as server:  # skips without PostgreSQL or psycopg2
-        yield server
-
-
 def _worker(folder: Path, url: str, trials: int, delay_s: float) -> subprocess.Popen:
-    """The real CLI as its own process, each measurement ``delay_s`` slower."""
-    argv = [sys.executable, str(SLOW_WORKER), str(delay_s), "run", "-c",
-            str(folder / "tuner.yaml"), "--storage", url, "--trials", str(trials)]
-    return subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return worker(folder, url, delay_s, "--trials", str(trials))
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
     """Trials this worker ran, and its stderr; it must have exited 0."""
-    _, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err
+    err = finished(proc, timeout)
     return int(re.search(r"(\d+) trials run", err).group(1)), err
 
 
 def _trials(url: str) -> list[optuna.trial.FrozenTrial]:
-    url = StudyConfig(storage=url).storage  # the psycopg2 driver, as the CLI reads it
-    return optuna.load_study(study_name=STUDY, storage=url).get_trials()
+    return trials_of(url, STUDY)
 
 
 def _records(url: str) -> dict[int, bool]:
-    engine = sa.create_engine(StudyConfig(storage=url).storage)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.text("select trial_number, measured from dflash_tune_trials "
-                                        "where study = :s"), {"s": STUDY}).all()
-    finally:
-        engine.dispose()
-    assert len(rows) == len({number for number, _ in rows})  # one record a trial number
-    return {number: bool(measured) for number, measured in rows}
+    return records_of(url, STUDY)
 
 
 def _assert_exact(url: str, target: int) -> list[optuna.trial.FrozenTrial]:
@@ -122,9 +103,9 @@ def test_killed_workers_trial_is_failed_and_retried_by_another(pg, tmp_path):
     url, target = pg.create_database("killed_worker"), 4
     write_config(tmp_path, study={"heartbeat_s": 1})  # stale after 2 s without a heartbeat
     victim = _worker(tmp_path, url, target, delay_s=600)  # every trial it starts hangs
-    killed = _running_trial_of(victim, url)
+    killed = running_trial_of(victim, url, STUDY)
     survivor = _worker(tmp_path, url, target, delay_s=0.1)
-    _wait_until(lambda: sum(_records(url).values()) == target - 1)
+    wait_until(lambda: sum(_records(url).values()) == target - 1)
     # Now the survivor waits: the last of the budget is the victim's trial, still heartbeating.
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)
@@ -136,29 +117,6 @@ def test_killed_workers_trial_is_failed_and_retried_by_another(pg, tmp_path):
     retries = [t for t in trials if t.system_attrs.get("failed_trial") == dead.number]
     assert [t.state.name for t in retries] == ["COMPLETE"]
     assert retries[0].params == dead.params and retries[0].user_attrs[MEASURED_KEY]
-
-
-def _wait_until(condition, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
-def _running_trial_of(proc: subprocess.Popen, url: str) -> optuna.trial.FrozenTrial:
-    """Wait until ``proc`` is inside a trial's measurement."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1]
-        try:
-            running = [t for t in _trials(url) if t.state.name == "RUNNING"
-                       and t.user_attrs.get(WORKER_KEY, "").endswith(f":{proc.pid}")]
-        except (KeyError, sa.exc.SQLAlchemyError):  # no study or tables yet
-            running = []
-        if running:
-            return running[0]
-        time.sleep(0.2)
-    raise AssertionError("the worker never started a trial")
 
 
 def test_a_dead_workers_saved_measurement_stands_and_only_a_lost_one_is_retried(tmp_path):

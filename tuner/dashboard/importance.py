@@ -8,6 +8,8 @@ from dataclasses import field
 
 import sqlalchemy as sa
 
+from tuner.dashboard.optuna_study import load_optuna_study
+
 OBJECTIVES = ("output tok/s at target", "tok/s per user at 1")  # the study's value order
 MIN_TRIALS = 2  # importance evaluators need at least two completed trials
 
@@ -21,16 +23,11 @@ class Importance:
 
 def param_importance(engine: sa.Engine, storage_url: str, study_name: str) -> Importance:
     """Never raises: what cannot be computed becomes the note shown in its place."""
-    # Optuna creates its tables in a DB that lacks them; a report must not change the DB.
-    if not sa.inspect(engine).has_table("studies"):
-        return Importance(note="this DB holds no Optuna study")
+    study, why = load_optuna_study(engine, storage_url, study_name)
+    if study is None:
+        return Importance(note=why)
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage_url)
-    except KeyError:
-        return Importance(note=f"no Optuna study named {study_name!r} in this DB")
     trials = _successful(study)
     if len(trials) < MIN_TRIALS:
         return Importance(note=f"needs at least {MIN_TRIALS} successful trials "

@@ -22,6 +22,8 @@ from tuner.dashboard.page import Section
 from tuner.dashboard.page import esc
 from tuner.dashboard.page import page
 from tuner.dashboard.page import table
+from tuner.dashboard.workers import trial_workers
+from tuner.dashboard.workers import workers_line
 from tuner.errors import UsageError
 
 EXCERPT_CHARS = 600  # the tail of a log is where the error is
@@ -79,6 +81,7 @@ def build_report(storage_url: str, study_name: str, refresh_s: int | None = None
     try:
         imp = param_importance(engine, storage_url, study_name)
         history = load_nightly(engine, study_name)
+        workers = trial_workers(engine, storage_url, study_name)
     finally:
         engine.dispose()  # a served report is rebuilt for hours; no pooled connections pile up
     sections = [
@@ -96,7 +99,7 @@ def build_report(storage_url: str, study_name: str, refresh_s: int | None = None
         Section("nightly", "Nightly history", _NIGHTLY, figures_study.nightly(history),
                 _nightly_table(history)),
     ]
-    return page(f"dflash-tune: {data.name}", header(data), sections, refresh_s)
+    return page(f"dflash-tune: {data.name}", header(data, workers), sections, refresh_s)
 
 
 _PARETO = ("Each point is a successful configuration: right is faster for one user, up is more "
@@ -132,7 +135,8 @@ def _sla(data: StudyData) -> str:
     return esc(", ".join(data.sla) or "none")
 
 
-def header(data: StudyData) -> str:
+def header(data: StudyData, workers: dict[str, list[int]] | None = None) -> str:
+    """The study's facts; ``workers`` (``trial_workers``) adds which worker measured what."""
     measured = [t for t in data.trials if t.measured]
     ok = [t for t in measured if t.ok]
     facts = [("study", data.name), ("storage", data.storage), ("backend", data.backend),
@@ -140,6 +144,7 @@ def header(data: StudyData) -> str:
              ("SLA", ", ".join(data.sla) or "none"),
              ("trials", f"{len(data.trials)} ({len(measured)} measured, {len(ok)} succeeded, "
                         f"{sum(t.feasible for t in ok)} meet the SLA)"),
+             *([("measured by", workers_line(workers))] if workers else []),
              ("generated", datetime.now().strftime("%Y-%m-%d %H:%M:%S"))]
     rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
     return f"<h1>{esc(data.name)}</h1><table>{rows}</table>{_chosen(data)}"

@@ -85,35 +85,40 @@ class Launcher:
     study_name: str
     max_concurrency: int
     long_factor: float = 4.0
-    launches: list[Launch] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)  # the study's, all workers'
     recorder: Recorder = field(init=False)
 
     def __post_init__(self) -> None:
         self.recorder = Recorder(self.backend, self.engine, self.study_name)
 
-    def launch(self, params: dict[str, Any], guess: int | None = None,
+    def claim(self, params: dict[str, Any], mark: Callable[[optuna.Trial], None]
+              ) -> tuple[optuna.Trial, dict[str, Any]]:
+        """Start the trial of ``params`` and ``mark`` it as in flight (under the claim lock)."""
+        self.study.enqueue_trial(params)
+        with warnings.catch_warnings():
+            # Launch-aware workers start their trials' heartbeats themselves (worker.py), not
+            # through Optuna's optimize, so its warning about asking with heartbeats on does
+            # not apply.
+            warnings.simplefilter("ignore", UserWarning)
+            trial = self.study.ask()
+        params = self.space.suggest(trial, self.context)
+        mark(trial)
+        return trial, params
+
+    def launch(self, trial: optuna.Trial, params: dict[str, Any], guess: int | None = None,
                bar: float | None = None, gates: Gate | None = None,
                reference: Callable[[Session], None] | None = None) -> Launch:
         """Launch ``params``; a limit whose short-window throughput is below ``bar`` is not
         measured again (the cheap fidelity pruned it). ``gates`` judge the launch;
         ``reference`` records what later launches are judged against (the baseline's outputs)."""
-        self.study.enqueue_trial(params)
-        with warnings.catch_warnings():
-            # Heartbeats keep TPE workers' trials alive; this single process tells every trial
-            # it asks for, so Optuna's warning about asking with heartbeats on does not apply.
-            warnings.simplefilter("ignore", UserWarning)
-            trial = self.study.ask()
-        params = self.space.suggest(trial, self.context)
         try:
-            result = self._run(params, guess, bar, gates, reference)
+            return self.find(params, guess, bar, gates, reference)
         except BaseException:  # Ctrl-C mid-launch: the server is gone, the trial did not count
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        self._record(trial, result)
-        self.launches.append(result)
-        return result
 
-    def _run(self, params, guess, bar, gates, reference) -> Launch:
+    def find(self, params, guess, bar, gates, reference) -> Launch:
+        """What a launch of ``params`` finds, unrecorded (``launch`` has the arguments)."""
         launch, invalid = parse(params)
         try:
             if launch is None:
@@ -153,7 +158,8 @@ class Launcher:
                       failed.log_excerpt if failed else verdict or (records.GATES_PASSED
                                                                     if gated else ""), launch)
 
-    def _record(self, trial: optuna.Trial, result: Launch) -> None:
+    def record(self, trial: optuna.Trial, result: Launch) -> None:
+        """Save ``result`` as ``trial``'s record and tell Optuna."""
         status = (result.failure.value if result.failure
                   else DISQUALIFIED if result.verdict else "ok")
         self.recorder.save(

@@ -1,36 +1,42 @@
 """The launch-aware strategy: explore where the calibrated model points, then make finalists
 prove themselves in fresh launches.
 
+It is a decision over the study's history: given every launch the study holds (whichever worker
+measured it) and the launches in flight, ``next_launch`` says what to launch next, to wait, or
+that the study is done. One worker asks it in a loop; several workers ask it in turn, under the
+study's claim lock (``tuner.launches.worker``).
+
 1. The baseline (no speculation) is launched first: it is every comparison's reference, and
-   its greedy outputs define lossless.
-2. Exploration rounds: refit the model to everything measured, launch its ``per_round`` best
-   configurations not yet launched. Each launch finds its own SLA limit with short windows; a
-   limit that beats the best score so far is measured again with a long window.
+   its greedy outputs define lossless. Nothing else starts before it is measured.
+2. Exploration rounds: refit the model to everything measured, propose its ``per_round`` best
+   configurations not yet launched or in flight, launch them one by one; when a round's
+   proposals are all taken, refit and propose again. Each launch finds its own SLA limit with
+   short windows; a limit that beats the best score so far is measured again with a long window.
 3. The knobs the model cannot price (MEASURED_ONLY: the all-reduce path, NCCL's protocol, ...)
    are measured instead: knob by knob, in the space's order, the leader so far is launched
    with each other value of that knob, so a value that wins leads into the next knob.
 4. Successive halving: the best ``finalists`` (by median minus spread penalty) are relaunched,
-   the better half again, until the leader has ``repeats`` runs.
-5. The leader's last launch runs the gates; a failure disqualifies it and the next leader goes
-   through the same.
-The launch budget counts every launch, gates and repeats included.
+   the better half again, until the leader has ``repeats`` runs. A run in flight counts as owed
+   runs paid, so finalists' relaunches spread over workers.
+5. The leader's last launch runs the gates, once nothing else is in flight; a failure
+   disqualifies it and the next leader goes through the same.
+The launch budget counts every launch, gates and repeats included, and launches in flight.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
 
 from tuner import stats
 from tuner.config import TuningConfig
 from tuner.finals import owed_runs
-from tuner.launches.gates import Gates
 from tuner.records import GATES_PASSED
 from tuner.launches.launcher import Launch
-from tuner.launches.launcher import Launcher
 from tuner.launches.screen import Screen
 from tuner.selection import config_key
 
@@ -50,28 +56,59 @@ class Outcome:
     measure_s: float
 
 
+@dataclass(slots=True)
+class Plan:
+    """The next launch: what to launch and how."""
+
+    params: dict
+    guess: int | None = None  # where its SLA search starts
+    bar: float | None = None  # a short-window limit below it gets no long window
+    gated: bool = False  # the leader's gated launch
+    reference: bool = False  # the baseline: its outputs are what lossless means
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A launch in flight on some worker."""
+
+    params: dict
+    gated: bool = False
+
+    @property
+    def key(self) -> str:
+        return config_key(self.params)
+
+
+@dataclass(slots=True)
+class Done:
+    winner: Launch | None
+
+
+WAIT = "wait"  # the next decision needs a launch in flight to finish
+
+Decision = Plan | Done | str
+
+
 @dataclass
 class LaunchAware:
-    launcher: Launcher
     screen: Screen
-    gates: Gates
     tuning: TuningConfig
-    on_launch: Callable[[Launch], None] = lambda launch: None
+    done: list[Launch] = field(default_factory=list)  # the study's launches, in trial order
+    flying: list[Claimed] = field(default_factory=list)
+    _round: list = field(default_factory=list)  # this round's proposals
+    _fitted_on: int = -1  # launches the screen was last calibrated on
 
-    def run(self) -> Outcome:
-        self._explore()
-        self._measure_unpriced()
-        winner = self._finals()
-        history = self.launcher.launches
-        return Outcome(winner, winner and len(self._runs()[winner.key]),
-                       len(history), sum(x.clock.launch_s for x in history),
-                       sum(x.clock.measure_s for x in history))
+    def next_launch(self, done: list[Launch], flying: list[Claimed]) -> Decision:
+        """What to do next, from the study's launches and those in flight."""
+        self.done, self.flying = done, flying
+        return (self._baseline() or self._explore() or self._measure_unpriced()
+                or self._finals())
 
     # --- budget -----------------------------------------------------------------------------
 
     @property
     def left(self) -> int:
-        return self.tuning.launches - len(self.launcher.launches)
+        return self.tuning.launches - len(self.done) - len(self.flying)
 
     def _finals_budget(self) -> int:
         """Launches the finals need when every finalist has run once (the leader's last run is
@@ -83,7 +120,7 @@ class LaunchAware:
     def _unpriced_budget(self) -> int:
         """Launches kept for the unpriced knobs: one per other value of each, as counted on the
         baseline, at most half of what exploration would otherwise have."""
-        base = next(iter(self.launcher.launches), None)
+        base = next(iter(self.done), None)
         if base is None:
             return 0
         wanted = sum(len(self.screen.variants(base.params, knob)) for knob in self._unpriced())
@@ -101,81 +138,82 @@ class LaunchAware:
 
     # --- phases -----------------------------------------------------------------------------
 
-    def _explore(self) -> None:
-        if not self.launcher.launches:
-            base = self.screen.propose(1, set(), must=BASELINE)
-            if base:
-                self._launch(base[0].params, base[0].limit,
-                             reference=self.gates.record_reference)
-                # Kept in the study, so a resumed run judges against the same outputs.
-                self.launcher.study.set_user_attr(PROBE_REFERENCE, self.gates.reference)
+    def _baseline(self) -> Decision | None:
+        if self.done:
+            return None
+        if self.flying:
+            return WAIT  # the model is first fitted to the baseline, and gates judge by it
+        base = self.screen.propose(1, set(), must=BASELINE)
+        return Plan(base[0].params, base[0].limit, reference=True) if base else None
+
+    def _explore(self) -> Decision | None:
         reserved = self._finals_budget() + self._unpriced_budget()
-        while self.left > reserved:
-            self.screen.calibrate(self._observations())
-            launched = {self.screen.priced_key(x.params) for x in self.launcher.launches}
-            room = self.left - reserved
-            proposals = self.screen.propose(min(self.tuning.per_round, room), launched)
-            if not proposals:
-                break
-            for p in proposals:
-                self._launch(p.params, p.limit, bar=self._bar())
+        if self.left <= reserved:
+            return None
+        taken = {self.screen.priced_key(p) for p in self._claimed_params()}
+        fresh = [p for p in self._round if self.screen.priced_key(p.params) not in taken]
+        if not fresh:
+            self._refit()
+            fresh = self._round = self.screen.propose(
+                min(self.tuning.per_round, self.left - reserved), taken)
+        if not fresh:
+            return None
+        return Plan(fresh[0].params, fresh[0].limit, bar=self._bar())
 
-    def _measure_unpriced(self) -> None:
+    def _measure_unpriced(self) -> Decision | None:
+        if self.left <= self._finals_budget():
+            return None
+        ranked = self._ranked()
+        if not ranked:
+            return None
+        leader = self._runs()[ranked[0]][-1]
+        guess = leader.best.concurrency if leader.best else None
+        taken = {config_key(p) for p in self._claimed_params()}
         for knob in self._unpriced():
-            ranked = self._ranked()
-            if not ranked:
-                return
-            leader = self._runs()[ranked[0]][-1]
-            guess = leader.best.concurrency if leader.best else None
             for variant in self.screen.variants(leader.params, knob):
-                if self.left <= self._finals_budget():
-                    return
-                if config_key(variant) not in self._runs():
-                    self._launch(variant, guess, bar=self._bar())
+                if config_key(variant) not in taken:
+                    return Plan(variant, guess, bar=self._bar())
+        return None
 
-    def _finals(self) -> Launch | None:
-        # A resumed study remembers which configurations already went through the gates.
-        passed = {x.key: x for x in self.launcher.launches if x.excerpt == GATES_PASSED}
-        disqualified = {x.key for x in self.launcher.launches if x.verdict}
-        while True:
-            self.screen.calibrate(self._observations())
-            ranked = [k for k in self._ranked() if k not in disqualified]
-            if not ranked:
-                return None
-            pool = ranked[:self.tuning.finalists]
-            if pool[0] in passed:
-                return passed[pool[0]]
-            if self.left <= 0:  # out of launches: the best that passed, if any did
-                return next((passed[k] for k in ranked if k in passed), None)
-            owing = [k for rank, k in enumerate(pool)
-                     if len(self._runs()[k]) < self._needed(rank) - (rank == 0)]
-            # The best-ranked finalist owing runs goes first; the last launch always gates the
-            # leader, however re-measurement reshuffled the finalists.
-            if owing and self.left > 1:
-                self._relaunch(owing[0])
-                continue
-            leader = self._relaunch(pool[0], gated=True)
-            if leader.verdict or leader.failure:
-                disqualified.add(leader.key)
-            else:
-                passed[leader.key] = leader
+    def _finals(self) -> Decision:
+        self._refit()
+        # The study remembers which configurations already went through the gates.
+        passed = {x.key: x for x in self.done if x.excerpt == GATES_PASSED}
+        disqualified = {x.key for x in self.done if x.verdict}
+        ranked = [k for k in self._ranked() if k not in disqualified]
+        if not ranked or (ranked[0] in passed) or self.left <= 0:
+            # Decided once nothing is in flight: a launch still running may reorder the leaders.
+            return WAIT if self.flying else Done(next((passed[k] for k in ranked if k in passed),
+                                                      None))
+        pool = ranked[:self.tuning.finalists]
+        runs = Counter(c.key for c in self.flying) + Counter(x.key for x in self.done)
+        owing = [k for rank, k in enumerate(pool)
+                 if runs[k] < self._needed(rank) - (rank == 0)]
+        # The best-ranked finalist owing runs goes first; the last launch always gates the
+        # leader, however re-measurement reshuffled the finalists.
+        if owing and self.left > 1:
+            return self._relaunch(owing[0])
+        return WAIT if self.flying else self._relaunch(pool[0], gated=True)
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _launch(self, params: dict, guess: int | None, bar: float | None = None,
-                gates=None, reference=None) -> Launch:
-        result = self.launcher.launch(params, guess, bar, gates, reference)
-        self.on_launch(result)
-        return result
+    def _refit(self) -> None:
+        """Calibrate the screen on every launch measured, unless it already is."""
+        if self._fitted_on != len(self.done):
+            self.screen.calibrate(self._observations())
+            self._fitted_on = len(self.done)
 
-    def _relaunch(self, key: str, gated: bool = False) -> Launch:
+    def _claimed_params(self) -> list[dict]:
+        return [x.params for x in self.done] + [c.params for c in self.flying]
+
+    def _relaunch(self, key: str, gated: bool = False) -> Plan:
         last = self._runs()[key][-1]
         guess = last.best.concurrency if last.best else None
-        return self._launch(last.params, guess, gates=self.gates if gated else None)
+        return Plan(last.params, guess, gated=gated)
 
     def _runs(self) -> dict[str, list[Launch]]:
         runs: dict[str, list[Launch]] = defaultdict(list)
-        for x in self.launcher.launches:
+        for x in self.done:
             runs[x.key].append(x)
         return runs
 
@@ -185,7 +223,7 @@ class LaunchAware:
         t = self.tuning
         runs = {k: [x.value for x in xs] for k, xs in self._runs().items()
                 if all(x.value is not None for x in xs)}
-        params = {x.key: x.params for x in self.launcher.launches}
+        params = {x.key: x.params for x in self.done}
         predicted = {k: self.screen.predict(params[k]) for k in runs}
         noise = stats.pairwise_noise(runs.values(), t.noise_prior)
         model = self._model_error(runs, predicted, noise)
@@ -212,4 +250,4 @@ class LaunchAware:
         return max(scores.values()) if scores else None
 
     def _observations(self):
-        return [(x.params, m) for x in self.launcher.launches for m in x.points if m.ok]
+        return [(x.params, m) for x in self.done for m in x.points if m.ok]
