@@ -54,7 +54,7 @@ def test_slower_at_short_context_faster_where_the_kv_pool_binds(backend):
     assert _at(backend, LONG, 8)[1].output_tok_s > 1.5 * _at(backend, LONG, 1)[1].output_tok_s
 
 
-def test_sglang_has_no_context_parallelism_to_price(pcie8_reference):
+def test_an_sglang_launch_with_context_parallelism_is_refused_not_priced(pcie8_reference):
     sglang = PerfModelBackend(pcie8_reference.deployment)
     rows = sglang.measure(LaunchParams(decode_context_parallel_size=2, **RUN), SHORT)
-    assert not rows[0].ok and "decode context parallel" in rows[0].log_excerpt
+    assert not rows[0].ok and "decode_context_parallel_size=2" in rows[0].log_excerpt

@@ -42,9 +42,12 @@ def test_generate_takes_text_prompts_with_the_pair_tokenizer(tmp_path):
 
 
 def _build(folder: Path) -> subprocess.Popen:
+    """The build as a terminal starts it: SIGINT at its default even where this test runs in
+    a background job (which ignores SIGINT, and a child would inherit that)."""
     return subprocess.Popen([sys.executable, "-m", "tuner", "fixtures", "build", "--out",
                              str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_fixtures_build_off_a_terminal_prints_progress_and_stops_promptly_on_ctrl_c(tmp_path):
