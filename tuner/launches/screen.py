@@ -68,9 +68,9 @@ class Screen:
     def variants(self, params: dict, knob: str) -> list[dict]:
         """``params`` with ``knob`` (one the model cannot price) at each other value the space
         allows there, everything else as it is."""
-        rng = random.Random(0)
+        key, rng = self.priced_key(params), random.Random(0)
         return [n for n in self.space.neighbours(params, self.context, rng)
-                if n.get(knob) != params.get(knob) and self.priced_key(n) == self.priced_key(params)]
+                if n.get(knob) != params.get(knob) and self.priced_key(n) == key]
 
     def calibrate(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
         """Refit the drafter's acceptance to the measured tokens per round, then the model's
@@ -114,7 +114,8 @@ class Screen:
         for start in ranked[:WALK_STARTS]:
             for p in self.walk(start, rng, must):
                 self._keep(pool, p.params)
-        fresh = [p for p in self._ranked(pool.values()) if self.priced_key(p.params) not in exclude]
+        fresh = [p for p in self._ranked(pool.values())
+                 if self.priced_key(p.params) not in exclude]
         return fresh[:k]
 
     def _sample(self, rng: random.Random, must: dict | None) -> dict | None:
