@@ -151,7 +151,8 @@ def in_virtual_time(worker: LaunchWorker, workers: int, launch_s: float
         took = result.clock.launch_s + result.clock.measure_s or launch_s  # failed: a launch
         spent += result.clock.launch_s or launch_s
         free[i] = now + took
-        flying.append((free[i], Claimed(decision.params, decision.gated), result))
+        flying.append((free[i], Claimed(decision.params, decision.gated, decision.reference),
+                       result))
 
 
 def main() -> None:

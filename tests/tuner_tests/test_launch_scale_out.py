@@ -11,7 +11,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
-import optuna
+import sqlalchemy as sa
 from cli_helpers import cli
 from cli_helpers import write_config
 from workers import finished
@@ -26,7 +26,7 @@ from tuner import records
 from tuner.config import StudyConfig
 from tuner.config import load_config
 from tuner.dashboard.report import write_report
-from tuner.study import JOINS_KEY
+from tuner.launches.worker import REFERENCE_KEY
 from tuner.study import MEASURED_KEY
 from tuner.wiring import truth_screen
 
@@ -56,7 +56,8 @@ def _assert_one_study(url: str, errs: list[str]) -> list:
     assert "RUNNING" not in {t.state.name for t in trials}
     measured = [t for t in trials if t.user_attrs.get(MEASURED_KEY)]
     assert set(recorded) == {t.number for t in measured} and len(recorded) <= LAUNCHES
-    assert measured[0].params["speculative_algorithm"] == "none"  # the baseline first
+    [base] = [t for t in measured if t.user_attrs.get(REFERENCE_KEY)]  # one baseline
+    assert base.params["speculative_algorithm"] == "none"
     winners = {WINNER.search(err).group(1) for err in errs}
     assert len(winners) == 1, winners
     gated = [t for t in measured if t.user_attrs.get("gated")]
@@ -103,7 +104,7 @@ def test_a_killed_workers_launch_is_planned_again_and_counted_once(pg, tmp_path)
     victim = _worker(tmp_path, url, 600.0)  # its first launch (the baseline) hangs
     dead = running_trial_of(victim, url, STUDY)
     survivor = _worker(tmp_path, url, 0.0)
-    wait_until(lambda: _joined(url) == 2)  # the survivor is in the study
+    wait_until(lambda: records_of(url, STUDY))  # the survivor explores while the baseline runs
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=10)
     err = finished(survivor, timeout=120)
@@ -111,12 +112,9 @@ def test_a_killed_workers_launch_is_planned_again_and_counted_once(pg, tmp_path)
     trials = trials_of(url, STUDY)
     assert trials[dead.number].state.name == "FAIL"
     assert dead.number not in records_of(url, STUDY)
-    assert measured[0].params == dead.params  # the baseline, launched again by the survivor
-
-
-def _joined(url: str) -> int:
-    return optuna.load_study(study_name=STUDY, storage=StudyConfig(storage=url).storage
-                             ).user_attrs.get(JOINS_KEY, 0)
+    # The baseline, launched again by the survivor after launches of its own.
+    [base] = [t for t in measured if t.user_attrs.get(REFERENCE_KEY)]
+    assert base.number > dead.number and measured[0].number < base.number
 
 
 def test_a_stalled_workers_late_result_is_dropped(tmp_path):
@@ -127,7 +125,7 @@ def test_a_stalled_workers_late_result_is_dropped(tmp_path):
     stalled.send_signal(signal.SIGSTOP)  # frozen: no heartbeat
     other = _worker(tmp_path, url, 0.0)
     wait_until(lambda: any(t.state.name == "FAIL" for t in trials_of(url, STUDY)))
-    wait_until(lambda: records_of(url, STUDY))  # the baseline, measured again by the other
+    wait_until(lambda: records_of(url, STUDY))  # the other worker goes on meanwhile
     stalled.send_signal(signal.SIGCONT)
     errs = [finished(other, timeout=120), finished(stalled, timeout=120)]
     assert f"launch {late.number} went stale while it ran" in errs[1]
@@ -152,3 +150,23 @@ def test_a_worker_on_other_hardware_or_engine_is_refused_with_one_line(tmp_path)
     assert "was run with other settings" in line and "hardware.gpu" in line
     assert "backend.engine" in line
     assert len(trials_of(url, STUDY)) == 1  # the refused worker launched nothing
+
+
+def test_a_study_whose_launches_carry_no_baseline_mark_keeps_its_first_as_baseline(tmp_path):
+    """A study recorded by an earlier version (no launch marked as the baseline): its first
+    launch is the baseline, so resuming it launches no second one."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    _study(tmp_path)
+    first = _worker(tmp_path, url, 0.3)
+    running_trial_of(first, url, STUDY)
+    wait_until(lambda: records_of(url, STUDY))  # the baseline recorded
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    with records.connect(url).begin() as conn:
+        unmarked = conn.execute(sa.text("DELETE FROM trial_user_attributes WHERE key = :k"),
+                                {"k": REFERENCE_KEY}).rowcount
+    assert unmarked == 1
+    finished(_worker(tmp_path, url, 0.0), timeout=120)
+    measured = [t for t in trials_of(url, STUDY) if t.user_attrs.get(MEASURED_KEY)]
+    assert measured[0].params["speculative_algorithm"] == "none"
+    assert not any(t.user_attrs.get(REFERENCE_KEY) for t in trials_of(url, STUDY))

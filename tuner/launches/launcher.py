@@ -49,14 +49,16 @@ class Launch:
     verdict: str | None = None  # why a gate disqualified it
     excerpt: str = ""
     launch: LaunchParams | None = None  # None: the parameters did not parse
+    reference: bool = False  # the baseline: its outputs are what lossless means
 
     @property
     def key(self) -> str:
         return config_key(self.params)
 
     @classmethod
-    def from_record(cls, t: records.TrialRecord, limits: list[Limit]) -> Launch:
-        """A launch an earlier run recorded (resuming a study)."""
+    def from_record(cls, t: records.TrialRecord, limits: list[Limit], reference: bool = False
+                    ) -> Launch:
+        """A launch recorded in the study (by any worker, or an earlier run)."""
         rows = [Measurement(concurrency=c, failure=row["failure"] and FailureClass(row["failure"]),
                             **{k: v for k, v in row.items() if k in _FIELDS})
                 for c, row in t.measurements.items()]
@@ -66,7 +68,7 @@ class Launch:
         failure = None if t.status in ("ok", DISQUALIFIED) else FailureClass(t.status)
         return cls(t.params, rows, best, one and one["tok_s_per_user"], failure=failure,
                    verdict=t.log_excerpt if t.status == DISQUALIFIED else None,
-                   excerpt=t.log_excerpt, launch=t.launch)
+                   excerpt=t.log_excerpt, launch=t.launch, reference=reference)
 
     @property
     def value(self) -> float | None:
@@ -126,10 +128,12 @@ class Launcher:
             with self.backend.session(launch, self.workload) as session:
                 if reference is not None:
                     reference(session)
-                return self._measure(session, params, launch, guess, bar, gates)
+                found = self._measure(session, params, launch, guess, bar, gates)
         except LaunchFailed as error:
-            return Launch(params, [], None, None, failure=error.failure,
-                          excerpt=error.log_excerpt, launch=launch)
+            found = Launch(params, [], None, None, failure=error.failure,
+                           excerpt=error.log_excerpt, launch=launch)
+        found.reference = reference is not None
+        return found
 
     def _measure(self, session: Session, params, launch, guess, bar, gates) -> Launch:
         found = search_limit(session.measure, self.limits, self.max_concurrency, guess)

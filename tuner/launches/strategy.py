@@ -7,7 +7,8 @@ that the study is done. One worker asks it in a loop; several workers ask it in 
 study's claim lock (``tuner.launches.worker``).
 
 1. The baseline (no speculation) is launched first: it is every comparison's reference, and
-   its greedy outputs define lossless. Nothing else starts before it is measured.
+   its greedy outputs define lossless. Other workers explore from the uncalibrated model
+   while it runs; that round is dropped once the baseline lands.
 2. Exploration rounds: refit the model to everything measured, propose its ``per_round`` best
    configurations not yet launched or in flight, launch them one by one; when a round's
    proposals are all taken, refit and propose again. Each launch finds its own SLA limit with
@@ -18,8 +19,9 @@ study's claim lock (``tuner.launches.worker``).
 4. Successive halving: the best ``finalists`` (by median minus spread penalty) are relaunched,
    the better half again, until the leader has ``repeats`` runs. A run in flight counts as owed
    runs paid, so finalists' relaunches spread over workers.
-5. The leader's last launch runs the gates, once nothing else is in flight; a failure
-   disqualifies it and the next leader goes through the same.
+5. The leader's last launch runs the gates, once none of its own runs is in flight (other
+   finalists' may be: should one of them overtake it, the new leader is gated in turn); a
+   failure disqualifies it and the next leader goes through the same.
 The launch budget counts every launch, gates and repeats included, and launches in flight.
 """
 
@@ -73,6 +75,7 @@ class Claimed:
 
     params: dict
     gated: bool = False
+    reference: bool = False
 
     @property
     def key(self) -> str:
@@ -96,6 +99,8 @@ class LaunchAware:
     done: list[Launch] = field(default_factory=list)  # the study's launches, in trial order
     flying: list[Claimed] = field(default_factory=list)
     _round: list = field(default_factory=list)  # this round's proposals
+    _round_calibrated: bool = False  # proposed after the baseline was measured
+    _no_baseline: bool = False  # the space has no configuration without speculation
     _fitted_on: int = -1  # launches the screen was last calibrated on
 
     def next_launch(self, done: list[Launch], flying: list[Claimed]) -> Decision:
@@ -120,10 +125,10 @@ class LaunchAware:
     def _unpriced_budget(self) -> int:
         """Launches kept for the unpriced knobs: one per other value of each, as counted on the
         baseline, at most half of what exploration would otherwise have."""
-        base = next(iter(self.done), None)
+        base = next((x.params for x in [*self.done, *self.flying] if x.reference), None)
         if base is None:
             return 0
-        wanted = sum(len(self.screen.variants(base.params, knob)) for knob in self._unpriced())
+        wanted = sum(len(self.screen.variants(base, knob)) for knob in self._unpriced())
         return min(wanted, (self.tuning.launches - self._finals_budget() - 1) // 2)
 
     def _unpriced(self) -> list[str]:
@@ -139,21 +144,27 @@ class LaunchAware:
     # --- phases -----------------------------------------------------------------------------
 
     def _baseline(self) -> Decision | None:
-        if self.done:
+        if (self._no_baseline or self.left <= 0
+                or any(x.reference for x in [*self.done, *self.flying])):
             return None
-        if self.flying:
-            return WAIT  # the model is first fitted to the baseline, and gates judge by it
         base = self.screen.propose(1, set(), must=BASELINE)
+        self._no_baseline = not base
         return Plan(base[0].params, base[0].limit, reference=True) if base else None
+
+    def _reference_measured(self) -> bool:
+        return any(x.reference for x in self.done)
 
     def _explore(self) -> Decision | None:
         reserved = self._finals_budget() + self._unpriced_budget()
         if self.left <= reserved:
             return None
         taken = {self.screen.priced_key(p) for p in self._claimed_params()}
+        if self._reference_measured() and not self._round_calibrated:
+            self._round = []  # proposed by the uncalibrated model while the baseline ran
         fresh = [p for p in self._round if self.screen.priced_key(p.params) not in taken]
         if not fresh:
             self._refit()
+            self._round_calibrated = self._reference_measured() or self._no_baseline
             fresh = self._round = self.screen.propose(
                 min(self.tuning.per_round, self.left - reserved), taken)
         if not fresh:
@@ -193,7 +204,11 @@ class LaunchAware:
         # leader, however re-measurement reshuffled the finalists.
         if owing and self.left > 1:
             return self._relaunch(owing[0])
-        return WAIT if self.flying else self._relaunch(pool[0], gated=True)
+        # One gated launch at a time, of a leader none of whose runs is still moving its score,
+        # judged against the baseline's outputs.
+        if any(c.gated or c.reference or c.key == pool[0] for c in self.flying):
+            return WAIT
+        return self._relaunch(pool[0], gated=True)
 
     # --- helpers ----------------------------------------------------------------------------
 

@@ -28,8 +28,14 @@ from tuner.launches.strategy import Outcome
 from tuner.launches.strategy import Plan
 from tuner.study import MEASURED_KEY
 
-# Trial user attribute: the launch runs the gates (the others wait rather than gate twice).
+# Trial user attributes: the launch runs the gates (the others wait rather than gate twice);
+# the launch is the baseline, whose outputs the gates judge by.
 GATED_KEY = "gated"
+REFERENCE_KEY = "reference"
+# Study user attribute: the configuration key of the winner, once a worker decided it. Each
+# worker ranks with its own fit of the model, so two could otherwise see different leaders;
+# the first decision stands for all.
+WINNER_KEY = "winner"
 
 Tally = Callable[[list[Launch], int], None]  # the study's launches, and how many in flight
 
@@ -65,21 +71,48 @@ class LaunchWorker:
 
     def _decide(self) -> Decision:
         """The strategy's decision from the study as it stands (call under the lock)."""
+        done, flying = self._study_launches()
+        self.launcher.launches = done
+        self.on_progress(done, len(flying))
+        study = self.launcher.study
+        decided = study.user_attrs.get(WINNER_KEY)
+        if decided is not None:
+            return Done(next((x for x in reversed(done)
+                              if x.key == decided and x.excerpt == records.GATES_PASSED), None))
+        decision = self.strategy.next_launch(done, flying)
+        if isinstance(decision, Done) and decision.winner is not None:
+            study.set_user_attr(WINNER_KEY, decision.winner.key)
+        return decision
+
+    def _study_launches(self) -> tuple[list[Launch], list[Claimed]]:
+        """Every launch the study recorded, and those in flight (a dead worker's failed first)."""
         budget = self.claim.budget
         budget.fail_stale()  # a dead worker's launch leaves the in-flight count: re-planned
         numbers = recorded(budget.engine, self.launcher.study_name)
-        done = [Launch.from_record(t, self.launcher.limits) for t in
-                records.load_trials(budget.engine, self.launcher.study_name) if t.measured]
-        flying = [Claimed(t.params, t.user_attrs.get(GATED_KEY, False))
+        measured = [t for t in records.load_trials(budget.engine, self.launcher.study_name)
+                    if t.measured]
+        reference = self._reference_trial(measured)
+        done = [Launch.from_record(t, self.launcher.limits, t.trial_number == reference)
+                for t in measured]
+        flying = [Claimed(t.params, t.user_attrs.get(GATED_KEY, False),
+                          t.user_attrs.get(REFERENCE_KEY, False))
                   for t in budget.in_flight(numbers)] if budget.heartbeats else []
-        self.launcher.launches = done
-        self.on_progress(done, len(flying))
-        return self.strategy.next_launch(done, flying)
+        return done, flying
+
+    def _reference_trial(self, measured: list[records.TrialRecord]) -> int | None:
+        """The baseline's trial number: the trial marked as the reference, or in a study whose
+        launches carry no marks, its first launch (nothing else started before it then)."""
+        trials = self.launcher.study.get_trials(deepcopy=False)
+        marked = [t.number for t in trials if t.user_attrs.get(REFERENCE_KEY)]
+        if marked:
+            return marked[-1]
+        return measured[0].trial_number if measured else None
 
     def _claim(self, plan: Plan) -> tuple[optuna.Trial, dict]:
         def mark(trial: optuna.Trial) -> None:
-            if plan.gated:
-                trial.set_user_attr(GATED_KEY, True)
+            for key, on in ((GATED_KEY, plan.gated), (REFERENCE_KEY, plan.reference)):
+                if on:
+                    trial.set_user_attr(key, True)
             self.claim.mark(trial)
 
         return self.launcher.claim(plan.params, mark)
