@@ -77,7 +77,8 @@ def leave_one_out(sources: list[Reference], starts: int,
 
 def checks(full: FitResult, loso: dict[str, list[Comparison]]) -> list[tuple[str, bool]]:
     fitted = [r for rows in loso.values() for r in rows if r.fitted]
-    worst = max(fitted, key=lambda r: abs(math.log(r.ratio)))
+    # A prediction of nothing (no level fits the source's launch) is the worst miss of all.
+    worst = max(fitted, key=lambda r: abs(math.log(r.ratio)) if r.ratio > 0 else math.inf)
     out = [(f"every published throughput / speedup within {TOLERANCE:.0%} leave-one-source-out"
             f" (worst: {worst.name}, {worst.ratio:.2f})",
             all(abs(r.ratio - 1) <= TOLERANCE for r in fitted)),

@@ -14,6 +14,7 @@ from tuner import records
 from tuner.config import load_config
 from tuner.dashboard.report import write_report
 from tuner.launches.run import build
+from tuner.launches.worker import WINNER_KEY
 from tuner.selection import config_key
 
 SIM = {"name": "simulated", "simulation": {
@@ -43,6 +44,15 @@ def test_launch_aware_study_spends_its_budget_and_confirms_the_winner(study_file
     # Every launch is one recorded trial with the levels its SLA search chose.
     trials = records.load_trials(records.connect(cfg.study.storage), cfg.study.name)
     assert len(trials) == outcome.launches and 1 in trials[0].measurements
+    # The winner is decided once: the study keeps it for every worker under the same settings,
+    # and a study resumed under others decides again.
+    study = strategy.launcher.study
+    kept = study.user_attrs[WINNER_KEY]
+    assert kept["key"] == config_key(outcome.winner.params)
+    study.set_user_attr(WINNER_KEY, {**kept, "key": "another configuration"})
+    assert build(cfg)._decide().winner is None  # the kept decision, though no launch matches
+    other = load_config(study_file, {"tuning.long_window_factor": 5.0})
+    assert build(other)._decide().winner.key == kept["key"]  # decided again, from the launches
     # optuna-dashboard names what a launch reported
     assert strategy.launcher.study.metric_names == ["output_tok_s@sla_limit", "tok_s_per_user@1"]
     chosen = json.loads(cli("best", "--format", "json", "-c", str(study_file),

@@ -5,6 +5,8 @@ workers run this loop on one study (docs/SCALE_OUT.md); a single worker is the s
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +34,10 @@ from tuner.study import MEASURED_KEY
 # the launch is the baseline, whose outputs the gates judge by.
 GATED_KEY = "gated"
 REFERENCE_KEY = "reference"
-# Study user attribute: the configuration key of the winner, once a worker decided it. Each
-# worker ranks with its own fit of the model, so two could otherwise see different leaders;
-# the first decision stands for all.
+# Study user attribute: the winner's configuration key, once a worker decided it, and the
+# settings it was decided under. Each worker ranks with its own fit of the model, so two could
+# otherwise see different leaders; the first decision stands for every worker with the same
+# SLA and tuning settings (a study resumed with others decides again).
 WINNER_KEY = "winner"
 
 Tally = Callable[[list[Launch], int], None]  # the study's launches, and how many in flight
@@ -74,15 +77,21 @@ class LaunchWorker:
         done, flying = self._study_launches()
         self.launcher.launches = done
         self.on_progress(done, len(flying))
-        study = self.launcher.study
-        decided = study.user_attrs.get(WINNER_KEY)
-        if decided is not None:
-            return Done(next((x for x in reversed(done)
-                              if x.key == decided and x.excerpt == records.GATES_PASSED), None))
+        study, settings = self.launcher.study, self._settings()
+        decided = study.user_attrs.get(WINNER_KEY) or {}
+        if decided.get("settings") == settings:
+            return Done(next((x for x in reversed(done) if x.key == decided["key"]
+                              and x.excerpt == records.GATES_PASSED), None))
         decision = self.strategy.next_launch(done, flying)
         if isinstance(decision, Done) and decision.winner is not None:
-            study.set_user_attr(WINNER_KEY, decision.winner.key)
+            study.set_user_attr(WINNER_KEY, {"key": decision.winner.key, "settings": settings})
         return decision
+
+    def _settings(self) -> str:
+        """What a ranking depends on besides the launches: the SLA and the tuning settings."""
+        text = json.dumps([repr(self.launcher.limits),
+                           self.strategy.tuning.model_dump(mode="json")], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def _study_launches(self) -> tuple[list[Launch], list[Claimed]]:
         """Every launch the study recorded, and those in flight (a dead worker's failed first)."""
