@@ -8,7 +8,10 @@ import yaml
 
 from backends.perf_model.acceptance import chain_acceptance, profile_for_length
 from backends.perf_model.backend import PerfModelBackend
+from backends.perf_model.calibrate import compare
 from backends.perf_model.memory import kv_capacity_tokens
+from backends.perf_model.references import model_predictor
+from backends.perf_model.shipped import default_efficiency
 from backends.perf_model.references import (
     VALIDATION_DIR,
     fitted_sources,
@@ -61,3 +64,13 @@ def test_acceptance_length_is_inverted_to_a_profile_with_that_mean(length, block
 def test_acceptance_length_beyond_the_block_is_refused():
     with pytest.raises(ValueError, match="must lie in"):
         profile_for_length(9.0, 8)
+
+
+@pytest.mark.parametrize("source", validation_sources(), ids=lambda s: s.name)
+def test_every_published_point_is_priced_by_the_model(source):
+    """A point the model refuses (a launch its engine rules forbid) would be predicted as
+    nothing and score as the worst miss: each source's launches are ones the model prices."""
+    dep = source.deployment
+    efficiency = default_efficiency(dep.gpu, dep.engine)
+    for row in compare(model_predictor(dep), efficiency, source.observations, source.workload):
+        assert row.predicted > 0, row.name
