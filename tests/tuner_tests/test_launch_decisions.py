@@ -72,3 +72,18 @@ def test_no_gate_while_the_leaders_own_run_or_another_gate_is_in_flight(strategy
     done, leader, second = _finals(strategy)
     assert strategy.next_launch(done, [Claimed(leader)]) == WAIT
     assert strategy.next_launch(done, [Claimed(leader, gated=True)]) == WAIT
+
+
+def test_a_refit_depends_on_the_launches_alone(tmp_path):
+    """Two workers refit at different moments (one after every launch, one only now) and still
+    hold the same model, so they rank the study's launches alike."""
+    cfg = load_config(write_config(tmp_path, backend=SIM, tuning=TUNING))
+    often, once = build(cfg).strategy, build(cfg).strategy
+    done, _, _ = _finals(often)
+    measured = [(x.params, m) for x in done for m in x.points]
+    for n in range(1, len(measured)):
+        often.screen.calibrate(measured[:n])
+    for strategy in (often, once):
+        strategy.screen.calibrate(measured)
+    assert often.screen.efficiency == once.screen.efficiency
+    assert often.screen.deployment == once.screen.deployment

@@ -2,7 +2,8 @@
 
 Before anything is launched the model's constants are the configured ones (fitted on some other
 node); after every round they are refitted to what the launches measured, so the model's
-ranking follows the node at hand. A proposal is the model's best configurations, found by
+ranking follows the node at hand. Each refit starts from the configured constants, so a fit is
+a function of the launches alone: workers sharing a study rank alike. A proposal is the model's best configurations, found by
 random sampling and then a walk through single-parameter neighbourhoods, with what was already
 launched left out.
 
@@ -58,6 +59,7 @@ class Screen:
     def __post_init__(self) -> None:
         self.model = PerfModelBackend(self.deployment, self.efficiency)
         self._memo: dict[str, Prediction | None] = {}
+        self._configured = (self.deployment, self.efficiency)
         unpriced = unpriced_knobs(self.deployment.measured_kernels)
         self.unpriced = {f.name: f.default for f in fields(LaunchParams) if f.name in unpriced}
 
@@ -74,26 +76,30 @@ class Screen:
 
     def calibrate(self, measured: Sequence[tuple[dict, Measurement]]) -> None:
         """Refit the drafter's acceptance to the measured tokens per round, then the model's
-        efficiency constants to the measured throughput (successful (params, level) pairs)."""
+        efficiency constants to the measured throughput (successful (params, level) pairs),
+        both from the configured values."""
         measured = [(launch, m) for params, m in measured
                     if (launch := parse(params)[0]) is not None]
+        self.deployment, self.efficiency = self._configured
         self.deployment = fit_acceptance(
             self.deployment, self.efficiency, self.workload,
             [(launch, m.accept_len_mean) for launch, m in measured if m.ok])
         observations = [Observation(f"m{i}", launch, m.concurrency, m.output_tok_s)
                         for i, (launch, m) in enumerate(measured) if m.ok and m.output_tok_s > 0]
-        if not observations:
-            return
+        if observations:
+            self.efficiency = self._fit_efficiency(observations)
+        self.model = PerfModelBackend(self.deployment, self.efficiency)
+        self._memo.clear()
+
+    def _fit_efficiency(self, observations: list[Observation]) -> Efficiency:
         by_level = model_predictor(self.deployment)
 
         def predict(eff: Efficiency, obs: Observation, workload: Workload) -> float:
             return by_level(eff, obs, replace(workload, concurrency=(obs.at,)))
 
         classes = load_hardware(self.deployment.gpu).classes(self.deployment.engine)
-        self.efficiency = fit(predict, observations, self.workload, self.efficiency, rounds=20,
-                              classes=classes)
-        self.model = PerfModelBackend(self.deployment, self.efficiency)
-        self._memo.clear()
+        return fit(predict, observations, self.workload, self.efficiency, rounds=20,
+                   classes=classes)
 
     def predict(self, params: dict) -> Prediction | None:
         """The model's SLA limit and throughput there; None if nothing meets the SLA."""

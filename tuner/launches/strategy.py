@@ -174,6 +174,7 @@ class LaunchAware:
     def _measure_unpriced(self) -> Decision | None:
         if self.left <= self._finals_budget():
             return None
+        self._refit()
         ranked = self._ranked()
         if not ranked:
             return None
