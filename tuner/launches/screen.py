@@ -3,9 +3,9 @@
 Before anything is launched the model's constants are the configured ones (fitted on some other
 node); after every round they are refitted to what the launches measured, so the model's
 ranking follows the node at hand. Each refit starts from the configured constants, so a fit is
-a function of the launches alone: workers sharing a study rank alike. A proposal is the model's best configurations, found by
-random sampling and then a walk through single-parameter neighbourhoods, with what was already
-launched left out.
+a function of the launches alone: workers sharing a study rank alike. A proposal is the model's
+best configurations, found by random sampling and then a walk through single-parameter
+neighbourhoods, with what was already launched left out.
 
 The knobs the model prices at their defaults (NCCL's protocol, ...) cannot rank anything: of the
 configurations that differ only in them the screen proposes one, at the engine's defaults where

@@ -100,7 +100,7 @@ class LaunchAware:
     flying: list[Claimed] = field(default_factory=list)
     _round: list = field(default_factory=list)  # this round's proposals
     _round_calibrated: bool = False  # proposed after the baseline was measured
-    _no_baseline: bool = False  # the space has no configuration without speculation
+    _no_baseline: bool = False  # the screen had no configuration without speculation to propose
     _fitted_on: int = -1  # launches the screen was last calibrated on
 
     def next_launch(self, done: list[Launch], flying: list[Claimed]) -> Decision:
