@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -133,7 +134,9 @@ def turns(names: Sequence, repeats: int):
 def arguments(doc: str, repeats: int | None = None, seed: int | None = None
               ) -> argparse.ArgumentParser:
     """A parser described by the docstring's first line, with `--json PATH` and, when given a
-    default, `--repeats N` and `--seed S`."""
+    default, `--repeats N` and `--seed S`. A bench that parses its arguments here also exits
+    cleanly on SIGTERM (`timeout`, a scheduler), so its temporary folders are removed."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
     if repeats is not None:
@@ -141,6 +144,10 @@ def arguments(doc: str, repeats: int | None = None, seed: int | None = None
     if seed is not None:
         parser.add_argument("--seed", type=int, default=seed, help="random seed")
     return parser
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def save_json(path: Path | None, result: dict) -> None:

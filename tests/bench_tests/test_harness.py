@@ -4,7 +4,10 @@ benchmark writes, its common options and table."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,14 @@ def harness():
     finally:
         sys.path.remove(str(BENCH))
     return harness
+
+
+@pytest.fixture(autouse=True)
+def sigterm_kept():
+    """`arguments` installs a benchmark's SIGTERM handler; the test process keeps its own."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
 
 
 def test_stat_reports_the_median_and_the_range_over_the_median(harness):
@@ -77,3 +88,22 @@ def test_table_pads_columns_and_prints_none_as_a_dash(harness):
         "|-----------|-------------|",
         "| 1         | -           |",
         "| wide cell | 2.5         |"]
+
+
+def test_a_bench_stopped_with_sigterm_removes_its_temporary_folder(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, tempfile, time
+        sys.path.insert(0, {str(BENCH)!r})
+        from harness import arguments
+        arguments("A bench.").parse_args([])
+        folder = tempfile.TemporaryDirectory(prefix="a-bench-")
+        print(folder.name, flush=True)
+        time.sleep(60)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    folder = Path(proc.stdout.readline().strip())
+    assert folder.is_dir()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not folder.exists()
