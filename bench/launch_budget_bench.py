@@ -130,8 +130,9 @@ def in_virtual_time(worker: LaunchWorker, workers: int, launch_s: float
                     ) -> tuple[dict | None, float, float]:
     """``workers`` workers on one study, in virtual time: whichever is free first decides from
     the launches finished by then and those still running, as each real worker does under the
-    study's claim lock (``LaunchAware.next_launch``)."""
+    study's claim lock (``LaunchAware.next_launch``). Each worker's idle time goes to stderr."""
     free, flying, done, spent = [0.0] * workers, [], [], 0.0
+    idle = [0.0] * workers
     while True:
         i = min(range(workers), key=free.__getitem__)
         now = free[i]
@@ -140,9 +141,12 @@ def in_virtual_time(worker: LaunchWorker, workers: int, launch_s: float
         flying = [x for x in flying if x[0] > now]
         decision = worker.strategy.next_launch(done, [claimed for _, claimed, _ in flying])
         if isinstance(decision, Done):
+            print(f"wall {now / 3600:.2f} h; idle per worker (h): "
+                  f"{', '.join(f'{x / 3600:.2f}' for x in idle)}", file=sys.stderr)
             return decision.winner and decision.winner.params, spent, now
         if not isinstance(decision, Plan):  # wait for the next launch to land
             free[i] = min(x[0] for x in flying)
+            idle[i] += free[i] - now
             continue
         g = worker.gates
         result = worker.launcher.find(decision.params, decision.guess, decision.bar,
