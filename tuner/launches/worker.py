@@ -35,9 +35,10 @@ from tuner.study import MEASURED_KEY
 GATED_KEY = "gated"
 REFERENCE_KEY = "reference"
 # Study user attribute: the winner's configuration key, once a worker decided it, and the
-# settings it was decided under. Each worker ranks with its own fit of the model, so two could
-# otherwise see different leaders; the first decision stands for every worker with the same
-# SLA and tuning settings (a study resumed with others decides again).
+# settings it was decided under. Workers refit alike from the same launches, but each on its
+# own machine and install, where floating point may part a near tie; the first decision stands
+# for every worker with the same SLA and tuning settings (a study resumed with others decides
+# again).
 WINNER_KEY = "winner"
 
 Tally = Callable[[list[Launch], int], None]  # the study's launches, and how many in flight
