@@ -39,6 +39,8 @@ How a point becomes a cli_estimate call:
   one after another, DFlash runs its few layers once over the block). DDTree (no source has a
   point yet): nextn = the node budget (the tokens the tree verifies), nextn_accepted the tree's
   mean accepted length minus 1; its tree mask is not modelled, so such points are approximate.
+  Kimi-K3 is the exception: with nextn > 0 its Kimi-K3 model prices a 5-layer DSpark drafter
+  of its own and the KDA verify kernels (the K3 sources' drafters are DSpark).
 
 Points AIConfigurator cannot express exactly are still estimated with the nearest call and
 marked, and left out of the main summary (a second summary line counts them too):
@@ -99,6 +101,8 @@ MODELS = {
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",  # bf16, as in the source
     # The base model's config: the Instruct model the sources ran has the same architecture.
     "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
+    "kimi-k3": "moonshotai/Kimi-K3",  # the config our entry was read from
+    "gpt-oss-120b": "openai/gpt-oss-120b",
 }
 # Our GPU name -> AIConfigurator's system (every one an 8-GPU node of that GPU).
 SYSTEMS = {
@@ -106,6 +110,7 @@ SYSTEMS = {
     "h100-sxm": "h100_sxm",
     "h200-sxm": "h200_sxm",
     "b200-sxm": "b200_sxm",
+    "b300-sxm": "b300_sxm",
 }
 # GPUs it has no system for, estimated on a sibling's tables (marked approximate).
 PROXY_SYSTEMS = {

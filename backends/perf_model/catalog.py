@@ -1,7 +1,8 @@
 """Hardware and model facts the performance model reasons with.
 
 Models come from the shipped catalog (``models.yaml``) or any HF ``config.json`` (DeepSeek-V3 /
-Kimi MLA layouts, Qwen3 dense and MoE); GPUs and interconnects from ``hardware.yaml``.
+Kimi MLA layouts, Qwen3 dense and MoE, Kimi-K3's hybrid of KDA linear attention and MLA with
+LatentMoE experts); GPUs and interconnects from ``hardware.yaml``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from backends.perf_model.shapes import Linear, drafter_linears, target_linears
 
 _HERE = Path(__file__).parent
 BF16_BYTES = 2
+FP32_BYTES = 4
 
 
 class CatalogError(UserError):
@@ -48,6 +50,26 @@ class Hardware:
 
 
 @dataclass(slots=True, frozen=True)
+class LinearAttention:
+    """Linear-attention layers of a hybrid model (Kimi Delta Attention, KDA): each keeps a
+    fixed recurrent state a request (``heads`` matrices of ``head_dim`` x ``head_dim``, fp32,
+    plus a short convolution's last ``conv_kernel - 1`` inputs of q, k and v in bf16) instead
+    of a KV cache that grows with context."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    conv_kernel: int
+
+    def state_bytes(self, tp: int) -> float:
+        """One request's state, all these layers, on one of ``tp`` ranks (heads are split)."""
+        width = self.heads * self.head_dim
+        recurrent = width * self.head_dim * FP32_BYTES
+        conv = (self.conv_kernel - 1) * 3 * width * BF16_BYTES
+        return self.layers * (recurrent + conv) / min(tp, self.heads)
+
+
+@dataclass(slots=True, frozen=True)
 class ModelArch:
     """Parameter counts and KV size of a decoder, derived from HF config fields."""
 
@@ -70,15 +92,28 @@ class ModelArch:
     # Bits a non-expert linear weight costs (attention, dense and shared MLPs): 16 for bf16, 8
     # for FP8 checkpoints (DeepSeek-V3, Kimi-K2-Instruct), whose embedding and LM head stay bf16.
     dense_weight_bits: float = 16
+    # The routed experts' number format where bits alone do not say it: "mxfp4" (4-bit floats,
+    # 8-bit shared exponents: Kimi-K3, gpt-oss), empty for integer or unquantised experts.
+    expert_format: str = ""
     # Zipf exponent of expert popularity (routing.py); 0 = uniform routing.
     routing_skew: float = 0.0
     linears: tuple[Linear, ...] = ()  # the non-expert GEMMs of a forward (shapes.py)
     num_heads: int = 0  # attention (query) heads
     head_dim: int = 0  # GQA head dimension (0 for MLA)
+    # Width the routed experts compute in: the hidden size, or a LatentMoE's latent (Kimi-K3:
+    # 3584), which a down and an up projection (in ``linears``) join to the hidden stream.
+    expert_hidden: int = 0
+    # The layers that are linear attention (no KV cache); None: every layer is full attention.
+    linear_attention: LinearAttention | None = None
 
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with full attention and a KV cache (all but the linear-attention ones)."""
+        return self.num_layers - (self.linear_attention.layers if self.linear_attention else 0)
 
     @property
     def is_moe(self) -> bool:
@@ -92,6 +127,8 @@ class ModelArch:
     @property
     def linear_params(self) -> int:
         """Non-expert linear weights, the LM head excluded (those ``dense_weight_bits`` cover)."""
+        if self.linears:
+            return sum(x.params for x in self.linears if x.name != "lm_head")
         return (self.num_layers * self.attn_params_per_layer
                 + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * self.shared_expert_params)
@@ -116,9 +153,14 @@ class ModelArch:
         return self.num_layers * attn + self.num_dense_layers * mlp + self.num_moe_layers * moe
 
     @property
+    def moe_hidden(self) -> int:
+        """The width a routed expert's input and output have (the MoE tables' hidden size)."""
+        return self.expert_hidden or self.hidden
+
+    @property
     def moe_inter(self) -> int:
         """One routed expert's intermediate size."""
-        return self.expert_params // (3 * self.hidden) if self.expert_params else 0
+        return self.expert_params // (3 * self.moe_hidden) if self.expert_params else 0
 
     @property
     def expert_bytes(self) -> float:
@@ -235,25 +277,48 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
     hidden, layers = c["hidden_size"], c["num_hidden_layers"]
     experts = c.get("n_routed_experts") or c.get("num_experts") or 0
     moe_inter = c.get("moe_intermediate_size", 0)
+    expert_hidden = c.get("routed_expert_hidden_size") or 0
+    linear_attention = _linear_attention(c)  # checked before its shapes are read
     dense_layers = c.get("first_k_dense_replace", 0) if experts else layers
     attn, kv_bytes, kv_heads, attn_flops = _attention(c, hidden)
     dense_bits = c.get("dense_weight_bits") or _fp8_dense_bits(c) or 16
+    top_k = c.get("num_experts_per_tok") or c.get("num_experts_per_token") or 0
+    shared = c.get("n_shared_experts") or c.get("num_shared_experts") or 0
     return ModelArch(
         name=name, num_layers=layers, num_dense_layers=dense_layers, hidden=hidden,
         vocab=c["vocab_size"], attn_params_per_layer=attn,
         dense_mlp_params=3 * hidden * c["intermediate_size"],
-        num_experts=experts, top_k=c.get("num_experts_per_tok", 0) if experts else 0,
-        expert_params=3 * hidden * moe_inter,
-        shared_expert_params=3 * hidden * moe_inter * c.get("n_shared_experts", 0),
+        num_experts=experts, top_k=top_k if experts else 0,
+        expert_params=3 * (expert_hidden or hidden) * moe_inter,
+        shared_expert_params=3 * hidden * moe_inter * shared,
         expert_weight_bits=(c.get("expert_weight_bits") or _quantized_bits(c) or _fp8_dense_bits(c)
                             or 16),
+        expert_format=c.get("expert_format") or _quantized_format(c),
         kv_bytes_per_token_layer=kv_bytes, kv_heads=kv_heads,
         attn_flops_per_token_ctx_layer=attn_flops,
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         dense_weight_bits=dense_bits, routing_skew=_routing_skew(c),
         linears=target_linears(c, dense_bits), num_heads=c["num_attention_heads"],
         head_dim=0 if kv_heads == 0 else (c.get("head_dim") or hidden // c["num_attention_heads"]),
+        expert_hidden=expert_hidden, linear_attention=linear_attention,
     )
+
+
+def _linear_attention(c: dict[str, Any]) -> LinearAttention | None:
+    """Kimi Linear / Kimi-K3's ``linear_attn_config``: its KDA layers, heads and head width."""
+    la = c.get("linear_attn_config")
+    if not la or not la.get("kda_layers"):
+        return None
+    out = LinearAttention(layers=len(la["kda_layers"]), heads=la["num_heads"],
+                          head_dim=la["head_dim"], conv_kernel=la.get("short_conv_kernel_size", 4))
+    if out.layers >= c["num_hidden_layers"] or not all(
+            isinstance(v, int) and 0 < v <= SIZE_BOUNDS["head_dim"]
+            for v in (out.heads, out.head_dim, out.conv_kernel)):
+        raise CatalogError(f"linear_attn_config: {len(la['kda_layers'])} KDA layers of "
+                           f"{c['num_hidden_layers']}, num_heads, head_dim and "
+                           f"short_conv_kernel_size must be positive integers up to "
+                           f"{SIZE_BOUNDS['head_dim']}, got {la}")
+    return out
 
 
 def _routing_skew(c: dict[str, Any]) -> float:
@@ -264,16 +329,25 @@ def _routing_skew(c: dict[str, Any]) -> float:
 
 
 def _quantized_bits(c: dict[str, Any]) -> float | None:
-    """Bits a routed-expert weight costs under a compressed-tensors config: the packed integer
-    plus one bf16 scale a group (Kimi K2.6: 4 + 16/32 = 4.5). Such checkpoints quantise the
-    routed experts only, keeping attention, shared experts and embeddings in bf16."""
+    """Bits a routed-expert weight costs under a compressed-tensors config: the packed value
+    plus one scale a group, bf16 unless the config says 8-bit (Kimi K2.6's INT4: 4 + 16/32 =
+    4.5; Kimi-K3's MXFP4 with uint8 exponent scales: 4 + 8/32 = 4.25). Such checkpoints quantise
+    the routed experts only, keeping attention, shared experts and embeddings in bf16."""
     quant = c.get("quantization_config") or {}
     for group in (quant.get("config_groups") or {}).values():
         weights = group.get("weights") or {}
         if weights.get("num_bits"):
             size = weights.get("group_size")
-            return weights["num_bits"] + (16 / size if size else 0)
+            scale = str(weights.get("scale_dtype") or "")
+            scale_bits = 8 if "int8" in scale or "float8" in scale else 16
+            return weights["num_bits"] + (scale_bits / size if size else 0)
     return None
+
+
+def _quantized_format(c: dict[str, Any]) -> str:
+    """``mxfp4`` for an MXFP4 compressed-tensors checkpoint, else empty (integer or none)."""
+    quant = c.get("quantization_config") or {}
+    return "mxfp4" if "mxfp4" in str(quant.get("format", "")) else ""
 
 
 def _fp8_dense_bits(c: dict[str, Any]) -> float | None:
@@ -291,6 +365,8 @@ def _attention(c: dict[str, Any], hidden: int) -> tuple[int, int, int, int]:
         rope, nope, v = c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
         params = (hidden * q_lora + q_lora * heads * (nope + rope) + hidden * (kv_lora + rope)
                   + kv_lora * heads * (nope + v) + heads * v * hidden)
+        if c.get("mla_use_output_gate"):
+            params += heads * v * hidden
         latent = kv_lora + rope
         return params, latent * BF16_BYTES, 0, 2 * heads * (latent + kv_lora)
     head_dim = c.get("head_dim") or hidden // heads

@@ -49,8 +49,10 @@ def plan_memory(m: ModelArch, d: DrafterArch | None, lp: LaunchParams, memory_gi
         return MemoryPlan(kv_pool_gib=kv_pool, max_requests=0, **common, infeasible=(
             f"activations and graphs need {workspace:.1f} GiB, only "
             f"{memory_gib - static:.1f} GiB left outside mem_fraction_static"))
-    capacity_tokens = kv_pool * GIB / _kv_bytes_per_token_gpu(m, d, lp)
-    max_requests = min(lp.max_running_requests, int(capacity_tokens // tokens_per_request))
+    per_token = _kv_bytes_per_token_gpu(m, d, lp)
+    capacity_tokens = kv_pool * GIB / per_token
+    per_request = tokens_per_request * per_token + _state_bytes_per_request_gpu(m, lp)
+    max_requests = min(lp.max_running_requests, int(kv_pool * GIB // per_request))
     if max_requests < 1:
         return MemoryPlan(kv_pool_gib=kv_pool, max_requests=0, **common, infeasible=(
             f"KV pool of {kv_pool:.1f} GiB holds {capacity_tokens:.0f} tokens, "
@@ -77,19 +79,28 @@ def kv_capacity_tokens(m: ModelArch, d: DrafterArch | None, lp: LaunchParams,
 
 def _kv_bytes_per_token_gpu(m: ModelArch, d: DrafterArch | None, lp: LaunchParams) -> float:
     """KV bytes one token of one request costs on each GPU of the replica that stores it."""
-    tp = lp.tp_size
+    tp, layers = lp.tp_size, m.num_attention_layers
     if lp.enable_dp_attention:  # a request's KV lives on one rank, so capacity adds up
-        target = m.num_layers * m.kv_bytes_per_token_layer / tp
+        target = layers * m.kv_bytes_per_token_layer / tp
     elif m.kv_heads:
-        target = m.num_layers * m.kv_bytes_per_token_layer / min(tp, m.kv_heads)
+        target = layers * m.kv_bytes_per_token_layer / min(tp, m.kv_heads)
     else:  # MLA latent replicated on every TP rank
-        target = m.num_layers * m.kv_bytes_per_token_layer
+        target = layers * m.kv_bytes_per_token_layer
     if not lp.enable_dp_attention:  # decode context parallelism: each rank keeps 1/dcp
         target /= lp.decode_context_parallel_size
     draft = 0.0
     if d and lp.speculative:  # the draft pool keeps one slot per target token
         draft = d.num_layers * d.kv_bytes_per_token_layer / min(tp, d.kv_heads)
     return target + draft
+
+
+def _state_bytes_per_request_gpu(m: ModelArch, lp: LaunchParams) -> float:
+    """A request's linear-attention state on each GPU that holds it (one copy: engines that
+    keep extra state slots for prefix caching need more). Attention-DP keeps it on one rank."""
+    la = m.linear_attention
+    if la is None:
+        return 0.0
+    return la.state_bytes(1) / lp.tp_size if lp.enable_dp_attention else la.state_bytes(lp.tp_size)
 
 
 def _workspace_gib(m: ModelArch, lp: LaunchParams) -> float:

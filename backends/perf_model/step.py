@@ -22,7 +22,7 @@ from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
 from backends.perf_model.terms import ROOFLINE, Term, collective, decode_attention, experts
-from backends.perf_model.terms import fitted, gemms, prompt_attention, total
+from backends.perf_model.terms import fitted, gemms, linear_attention, prompt_attention, total
 from backends.perf_model.traffic import Collectives
 from backends.perf_model.traffic import context_parallel_collectives, target_collectives
 
@@ -83,15 +83,19 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     # Decode context parallelism: each of ``dcp`` ranks holds 1/dcp of every request's KV and
     # attends for the queries of all dcp ranks' heads over it (prompts are not split).
     dcp = 1 if prefill or dp_attention else lp.decode_context_parallel_size
-    attention = _attention_roofline(node, m.num_layers, m.kv_bytes_per_token_layer, m.kv_heads,
+    layers = m.num_attention_layers
+    attention = _attention_roofline(node, layers, m.kv_bytes_per_token_layer, m.kv_heads,
                                     m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context,
                                     context_split=dcp)
     if prefill and context <= tokens_per_req:
-        attention = prompt_attention(node, m.num_layers, heads, kv_heads, m.head_dim,
+        attention = prompt_attention(node, layers, heads, kv_heads, m.head_dim,
                                      rank_batch, tokens_per_req, attention)
     elif not prefill:
-        attention = decode_attention(node, m.num_layers, heads * dcp, kv_heads, m.head_dim,
+        attention = decode_attention(node, layers, heads * dcp, kv_heads, m.head_dim,
                                      rank_batch, tokens_per_req, context / dcp, attention)
+    if m.linear_attention is not None:
+        attention = total([attention, _linear_attention(node, m, lp, rank_batch, tokens_per_req,
+                                                        dp_attention, prefill)])
     collectives = target_collectives(m, lp, tokens)
     if dcp > 1:
         collectives |= context_parallel_collectives(m, heads, dcp, tokens)
@@ -139,6 +143,15 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
     none = fitted(0.0)
     return Forward(gemm, none, attention, comm, fitted(node.kernels_ms(d.small_kernels)), none,
                    host)
+
+
+def _linear_attention(node: Node, m: ModelArch, lp: LaunchParams, batch: int, tokens: int,
+                      dp_attention: bool, prefill: bool) -> Term:
+    """The KDA layers: their heads split over the TP ranks (whole under attention-DP)."""
+    la = m.linear_attention
+    heads = la.heads if dp_attention else max(1, la.heads // lp.tp_size)
+    phase = "context" if prefill else ("generation" if tokens == 1 else "verify")
+    return linear_attention(node, m, batch, tokens, heads, phase)
 
 
 def _imbalance(m: ModelArch, lp: LaunchParams) -> float:

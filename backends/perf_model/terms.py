@@ -11,6 +11,7 @@ accounts for: how much is left to gain in that component.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -24,6 +25,25 @@ MEASURED, ROOFLINE, FITTED = "measured", "roofline", "fitted"
 # Routed-expert weights by bits a weight -> the MoE table dtype that runs them: Marlin W4A16
 # for INT4 checkpoints with group scales (Kimi K2.6), block-scaled FP8, bf16.
 _MOE_DTYPES = ((5.0, "int4_wo"), (8.0, "fp8_block"), (16.0, "bfloat16"))
+# MXFP4 experts (Kimi-K3, gpt-oss): the weight-only kernel where the engine's tables time it
+# (Marlin / FlashInfer W4A16), else its MXFP4 x MXFP8 kernel.
+_MXFP4_DTYPES = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
+# The KDA kernels a layer runs, by engine family and phase (kda_perf tables): in order of
+# preference, each a set of kernels whose times add; SGLang's split decode kernels were timed
+# for some head counts only, its fused one for the others.
+_KDA_KERNELS = {
+    ("sglang", "generation"): (("fused_recurrent_kda_packed_decode", "causal_conv1d_update"),
+                               ("kda_fused_decode",)),
+    ("sglang", "verify"): (("fused_kda_decode_mtp_dspark",),),
+    ("sglang", "context"): (("causal_conv1d_fn_qkv3", "chunk_kda"),),
+    ("vllm", "generation"): (("fused_kda_decode",),
+                             ("fused_recurrent_kda_packed_decode", "causal_conv1d_update")),
+    ("vllm", "verify"): (("causal_conv1d_update", "fused_recurrent_kda"),),
+    ("vllm", "context"): (("causal_conv1d_fn_qkv3", "flashkda_fwd"),),
+}
+# FLOPs of one token through one KDA head, per head_dim^2: reading the state against the query
+# and the key, the delta-rule rank-one update, the decay (a few passes over the state).
+KDA_FLOPS_PER_STATE = 8
 # The engines' own one-shot / two-shot all-reduce, unless disabled (disable_custom_all_reduce):
 # vLLM uses it only where every GPU pair has NVLink or there are just two GPUs (NCCL on more
 # PCIe GPUs); SGLang also on PCIe GPUs with peer-to-peer access (its tables time it on 8 PCIe
@@ -132,8 +152,34 @@ def _per_layer(ms: float | None, layers: int, roofline: Term) -> Term:
     return Term(ms * layers, MEASURED, roofline.sol_ms)
 
 
-def moe_dtype(bits: float) -> str:
-    return next(name for limit, name in _MOE_DTYPES if bits <= limit)
+def moe_dtypes(bits: float, fmt: str = "") -> tuple[str, ...]:
+    """The MoE table dtypes that may time experts of ``bits`` a weight in format ``fmt``."""
+    if fmt == "mxfp4":
+        return _MXFP4_DTYPES
+    return (next(name for limit, name in _MOE_DTYPES if bits <= limit),)
+
+
+def linear_attention(node: Node, m: ModelArch, batch: int, tokens: int, heads: int,
+                     phase: str) -> Term:
+    """The KDA layers of one forward on a rank holding ``heads`` of their heads: ``batch``
+    requests of ``tokens`` tokens each (phase ``generation``: one, ``verify``: a speculative
+    window, ``context``: a prompt). Each request reads and writes its fixed state once, the
+    tokens run through it in turn; the tables time the engine's kernels, the roofline prices
+    the state's bytes and the recurrence's FLOPs where they do not."""
+    la = m.linear_attention
+    if la is None:
+        return Term(0.0, MEASURED)
+    state = heads * la.head_dim * la.head_dim * 4  # fp32, one layer
+    nbytes = la.layers * batch * 2 * state
+    flops = la.layers * batch * tokens * KDA_FLOPS_PER_STATE * heads * la.head_dim ** 2
+    sol = node.sol_ms(nbytes, flops)
+    t = node.kernels
+    if t is not None:
+        for kernels in _KDA_KERNELS.get((t.engine, phase), ()):
+            ms = t.kda_ms(phase, kernels, batch, tokens, heads)
+            if ms is not None:
+                return Term(ms * la.layers, MEASURED, sol)
+    return Term(max(node.mem_ms(nbytes), node.compute_ms(flops, math.inf)), ROOFLINE, sol)
 
 
 def moe_distribution(skew: float) -> tuple[str, float]:
@@ -153,8 +199,10 @@ def experts(node: Node, m: ModelArch, tokens: int, tp: int, ep: int,
     if node.kernels is None or not m.is_moe:
         return roofline(m.routing_skew)
     distribution, skew = moe_distribution(m.routing_skew)
-    ms = node.kernels.moe_ms(tokens, m.hidden, m.moe_inter, m.top_k, m.num_experts, tp // ep, ep,
-                             moe_dtype(m.expert_weight_bits), distribution)
+    ms = next((ms for dtype in moe_dtypes(m.expert_weight_bits, m.expert_format)
+               if (ms := node.kernels.moe_ms(tokens, m.moe_hidden, m.moe_inter, m.top_k,
+                                             m.num_experts, tp // ep, ep, dtype,
+                                             distribution)) is not None), None)
     if ms is None:
         return roofline(m.routing_skew)
     ms *= m.num_moe_layers

@@ -58,9 +58,9 @@ def context_parallel_collectives(m: ModelArch, heads: int, dcp: int, tokens: int
     output are its K width: MLA's latent (absorbed) or GQA's head."""
     width = m.kv_bytes_per_token_layer // BF16_BYTES if not m.kv_heads else m.head_dim
     rows = tokens * heads * dcp
-    return {"dcp_queries": Collectives(m.num_layers, rows * width * dtype_bytes, "all_gather",
-                                       dcp),
-            "dcp_outputs": Collectives(m.num_layers, rows * (width + 1) * dtype_bytes,
+    layers = m.num_attention_layers
+    return {"dcp_queries": Collectives(layers, rows * width * dtype_bytes, "all_gather", dcp),
+            "dcp_outputs": Collectives(layers, rows * (width + 1) * dtype_bytes,
                                        "reduce_scatter", dcp)}
 
 

@@ -101,6 +101,23 @@ class KernelTables:
                  "moe_ep_size": moe_ep, "distribution": distribution}
         return self._at("moe", "moe_perf.parquet", where, ("num_tokens",), (tokens,))
 
+    def kda_ms(self, phase: str, kernels: tuple[str, ...], batch: int, tokens: int,
+               heads: int) -> float | None:
+        """One KDA linear-attention layer on one rank holding ``heads`` heads: the sum of
+        ``kernels`` (convolution, recurrence; each timed alone) for ``batch`` requests of
+        ``tokens`` tokens each, in ``phase`` (``generation``: one token; ``verify``: a few;
+        ``context``: a prompt)."""
+        axes, point = (("batch_size",), (batch,)) if phase == "generation" else (
+            ("batch_size", "seq_len"), (batch, tokens))
+        total = 0.0
+        for kernel in kernels:
+            where = {"kernel_source": kernel, "phase": phase, "num_k_heads": heads}
+            ms = self._at("kda", "kda_perf.parquet", where, axes, point)
+            if ms is None:
+                return None
+            total += ms
+        return total
+
     def mla_generation_ms(self, batch: int, heads: int, context: float) -> float | None:
         """Absorbed MLA decode attention of one layer on one rank: ``batch`` queries of
         ``heads`` heads (the rank's share) against ``context`` cached tokens each."""
