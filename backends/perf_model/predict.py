@@ -50,7 +50,9 @@ def step_terms(s: Setup, batch: int, context: float) -> dict[str, Term]:
     use_graph = padded is not None
     verify = target_forward(s.node, s.model, s.lp, batch, s.lp.verify_tokens, context,
                             use_graph, padded)
-    parts = {k: t for k, t in verify.terms.items() if t.ms or k != "ep_dispatch"}
+    # Terms only some layouts have (EP, a hybrid's linear attention) are left out when empty.
+    parts = {k: t for k, t in verify.terms.items()
+             if t.ms or k not in ("ep_dispatch", "linear_attention")}
     host = verify.host
     if s.acceptance is not None and s.drafter is not None:
         # SGLang runs the drafter eagerly under attention-DP even with decode graphs on.

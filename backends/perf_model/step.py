@@ -21,7 +21,8 @@ from backends.perf_model.catalog import ModelArch
 from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
-from backends.perf_model.terms import ROOFLINE, Term, collective, decode_attention, experts
+from backends.perf_model.terms import FITTED, ROOFLINE, Term, collective, decode_attention
+from backends.perf_model.terms import experts
 from backends.perf_model.terms import fitted, gemms, linear_attention, prompt_attention, total
 from backends.perf_model.traffic import Collectives
 from backends.perf_model.traffic import context_parallel_collectives, target_collectives
@@ -40,12 +41,13 @@ class Forward:
     small_kernels: Term  # the layers' non-GEMM kernels (Efficiency.kernel_fixed_us each)
     ep_dispatch: Term  # expert parallelism outside the MoE kernel (Efficiency.ep_dispatch_us)
     host: float
+    linear_attention: Term = Term(0.0, FITTED)  # a hybrid model's KDA layers
 
     @property
     def terms(self) -> dict[str, Term]:
         return {"gemm": self.gemm, "moe": self.moe, "attention": self.attention,
-                "comm": self.comm, "small_kernels": self.small_kernels,
-                "ep_dispatch": self.ep_dispatch}
+                "linear_attention": self.linear_attention, "comm": self.comm,
+                "small_kernels": self.small_kernels, "ep_dispatch": self.ep_dispatch}
 
     @property
     def device(self) -> float:
@@ -93,9 +95,8 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     elif not prefill:
         attention = decode_attention(node, layers, heads * dcp, kv_heads, m.head_dim,
                                      rank_batch, tokens_per_req, context / dcp, attention)
-    if m.linear_attention is not None:
-        attention = total([attention, _linear_attention(node, m, lp, rank_batch, tokens_per_req,
-                                                        dp_attention, prefill)])
+    linear = (fitted(0.0) if m.linear_attention is None else
+              _linear_attention(node, m, lp, rank_batch, tokens_per_req, dp_attention, prefill))
     collectives = target_collectives(m, lp, tokens)
     if dcp > 1:
         collectives |= context_parallel_collectives(m, heads, dcp, tokens)
@@ -104,7 +105,7 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
     return Forward(gemm, moe, attention, comm, fitted(node.kernels_ms(m.small_kernels)),
-                   dispatch, host)
+                   dispatch, host, linear)
 
 
 def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,

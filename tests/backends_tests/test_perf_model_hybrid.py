@@ -139,3 +139,19 @@ def test_a_damaged_linear_attention_config_is_refused_by_name(change):
     config["linear_attn_config"] = {**config["linear_attn_config"], **change}
     with pytest.raises(CatalogError, match="linear_attn_config"):
         model_from_config("broken", config)
+
+
+def test_the_breakdown_shows_linear_attention_as_its_own_measured_term_for_a_hybrid_only():
+    from backends.perf_model.backend import PerfModelBackend
+    from backends.perf_model.predict import predict
+
+    def breakdown(source: str):
+        src = load_reference(source)
+        backend = PerfModelBackend(replace(src.deployment, measured_kernels=True))
+        m = predict(backend.setup(LaunchParams(tp_size=8), src.workload), src.workload, 16)
+        return m.breakdown_ms, m.breakdown_source
+
+    ms, source = breakdown(str(VALIDATION_DIR / "sglang_cookbook_kimi_k3_dspark_b300.yaml"))
+    assert ms["linear_attention"] > 0 and source["linear_attention"] == MEASURED
+    ms, _ = breakdown("pcie8_kimi_sglang")
+    assert "linear_attention" not in ms and ms["attention"] > 0
