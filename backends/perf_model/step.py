@@ -21,8 +21,8 @@ from backends.perf_model.catalog import ModelArch
 from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
-from backends.perf_model.terms import FITTED, ROOFLINE, Term, collective, decode_attention
-from backends.perf_model.terms import experts
+from backends.perf_model.terms import FITTED, MEASURED, MLA_BLOCK_LINEARS, ROOFLINE, Term
+from backends.perf_model.terms import collective, decode_attention, experts, mla_block
 from backends.perf_model.terms import fitted, gemms, linear_attention, prompt_attention, total
 from backends.perf_model.traffic import Collectives
 from backends.perf_model.traffic import context_parallel_collectives, target_collectives
@@ -95,6 +95,14 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     elif not prefill:
         attention = decode_attention(node, layers, heads * dcp, kv_heads, m.head_dim,
                                      rank_batch, tokens_per_req, context / dcp, attention)
+    block = (None if dp_attention or (prefill and context > tokens_per_req) else
+             mla_block(node, m, heads, rank_batch, tokens, tokens_per_req, context, prefill,
+                       dcp))
+    if block is not None:  # vLLM's MLA module tables time the block's GEMMs with its attention
+        mla = tuple(x for x in m.linears if x.name in MLA_BLOCK_LINEARS)
+        gemm = gemms(node, tuple(x for x in m.linears if x not in mla), rank_rows, dense_tp)
+        attention = Term(block.ms, MEASURED,
+                         attention.sol_ms + gemms(node, mla, rank_rows, dense_tp).sol_ms)
     linear = (fitted(0.0) if m.linear_attention is None else
               _linear_attention(node, m, lp, rank_batch, tokens_per_req, dp_attention, prefill))
     collectives = target_collectives(m, lp, tokens)

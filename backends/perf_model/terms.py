@@ -134,6 +134,48 @@ def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_di
     return _per_layer(ms, layers, roofline)
 
 
+# The weight matrices of an MLA block that vLLM's MLA module tables time with its attention.
+MLA_BLOCK_LINEARS = frozenset({"qkv_a_proj", "q_proj", "kv_a_proj", "q_b_proj", "kv_b_proj",
+                               "o_proj"})
+_SHORTEST_CONTEXT = 2  # the module tables' first cached length: a block with next to no KV
+
+
+def mla_block(node: Node, m: ModelArch, heads: int, batch: int, rows: int, queries: int,
+              context: float, prompt: bool, dcp: int = 1) -> Term | None:
+    """vLLM's MLA blocks (MLA_BLOCK_LINEARS and the absorbed attention) of every attention
+    layer on a rank of ``heads`` heads, from its MLA module tables, where they time this
+    model's block (DeepSeek-V3's geometry, any head count); None elsewhere. Decode: ``batch``
+    requests of ``queries`` tokens each (``rows`` with graph padding) over ``context``. The
+    tables time one query a request, so a step is the block at ``rows`` single queries with
+    next to no KV (its GEMMs and fixed cost, once a row) plus what the context adds for
+    ``batch`` requests (each request's KV read once for all its queries). Under decode context
+    parallelism a rank attends for the heads of ``dcp`` ranks over a ``dcp``-th of the
+    context. ``prompt``: ``batch`` whole prompts of ``queries`` tokens."""
+    t = node.kernels
+    if t is None or t.engine != "vllm" or not _deepseek_mla(m):
+        return None
+    dtype = "fp8_block" if m.dense_weight_bits <= 8 else "bfloat16"
+    if prompt:
+        ms = t.mla_module_ms(batch, heads, queries, dtype, prompt=True)
+    else:
+        parts = (t.mla_module_ms(rows, heads, _SHORTEST_CONTEXT, dtype),
+                 t.mla_module_ms(batch, heads * dcp, context / dcp + queries, dtype),
+                 t.mla_module_ms(batch, heads * dcp, _SHORTEST_CONTEXT, dtype))
+        ms = None if None in parts else parts[0] + parts[1] - parts[2]
+    return None if ms is None else Term(ms * m.num_attention_layers, MEASURED)
+
+
+def _deepseek_mla(m: ModelArch) -> bool:
+    """Whether ``m``'s MLA block is DeepSeek-V3's (hidden 7168, q / kv latents 1536 / 512, rope
+    64, nope and value heads 128), whatever its head count: the shape the tables timed."""
+    if m.kv_heads != 0:
+        return False
+    heads = m.num_heads
+    shapes = {x.name: (x.n, x.k) for x in m.linears if x.name in MLA_BLOCK_LINEARS}
+    return shapes == {"qkv_a_proj": (2112, 7168), "q_b_proj": (heads * 192, 1536),
+                      "kv_b_proj": (heads * 256, 512), "o_proj": (7168, heads * 128)}
+
+
 def prompt_attention(node: Node, layers: int, heads: int, kv_heads: int, head_dim: int,
                      batch: int, prompt: int, roofline: Term) -> Term:
     """Causal attention of ``batch`` whole prompts of ``prompt`` tokens each on one rank (the

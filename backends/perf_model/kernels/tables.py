@@ -118,6 +118,21 @@ class KernelTables:
             total += ms
         return total
 
+    def mla_module_ms(self, batch: int, heads: int, length: float, gemm_dtype: str,
+                      prompt: bool = False) -> float | None:
+        """vLLM's whole MLA block of one layer on one rank holding ``heads`` heads (its q and
+        kv down projections, q up projection, absorbed attention and output projection, in
+        ``gemm_dtype``), DeepSeek-V3's shape: ``batch`` single-token queries over ``length``
+        cached bf16 tokens each, or with ``prompt`` ``batch`` whole prompts of ``length``
+        tokens (FlashAttention's prefill)."""
+        where = {"kv_cache_dtype": "bfloat16", "gemm_type": gemm_dtype,
+                 "model": "deepseek-ai/DeepSeek-V3"}
+        if prompt:
+            where["kernel_source"] = "FLASH_ATTN"
+        family, axis = ("context", "isl") if prompt else ("generation", "step")
+        return self._at("mla", f"mla_{family}_module_perf.parquet", where,
+                        ("num_heads", "batch_size", axis), (heads, batch, length))
+
     def mla_generation_ms(self, batch: int, heads: int, context: float) -> float | None:
         """Absorbed MLA decode attention of one layer on one rank: ``batch`` queries of
         ``heads`` heads (the rank's share) against ``context`` cached tokens each."""
