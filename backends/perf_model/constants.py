@@ -151,10 +151,12 @@ def bounds(name: str, klass: str) -> tuple[float, float]:
 def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
     """The hardware class each constant is shared within: a global fit keeps one value per
     class, so PCIe's collective latency is never used on NVLink, nor GDDR7's efficiency on HBM.
-    Host-side constants (launches, per-round cost) are shared by all GPU hosts; the small-kernel
-    time belongs to the engine family whose kernels run (SGLang's and vLLM's differ). A CPU
-    host's are its own (class ``cpu``): its launches, per-round work, GEMMs and small ops run
-    on the cores, not behind a GPU."""
+    The launch overhead is shared by all GPU hosts; the small-kernel time belongs to the engine
+    family whose kernels run (SGLang's and vLLM's differ), and so does the speculation round's
+    own work (its scheduler, accept path and KV bookkeeping are the engine's code): a family no
+    fitted source speculates on keeps the neutral 0, its rounds costing their kernels and
+    launches only. A CPU host's are its own (class ``cpu``, ``<family>-cpu``): its launches,
+    per-round work, GEMMs and small ops run on the cores, not behind a GPU."""
     family = engine_family(engine)
     if memory == CPU_MEMORY:
         host = compute = CPU
@@ -163,7 +165,7 @@ def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
         host, compute = "host", "gpu"
     return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
             "launch_overhead_us": host, "matmul_fixed_us": compute,
-            "compute_efficiency": compute, "spec_round_us": host, "spec_request_us": host,
+            "compute_efficiency": compute, "spec_round_us": family, "spec_request_us": family,
             "kernel_fixed_us": family, "ep_dispatch_us": family}
 
 
