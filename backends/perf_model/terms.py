@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from backends.perf_model.catalog import BF16_BYTES, ModelArch
+from backends.perf_model.catalog import BF16_BYTES, FP32_BYTES, ModelArch
 from backends.perf_model.kernels.tables import KernelTables
 from backends.perf_model.node import Node
 from backends.perf_model.shapes import FP8, Linear
@@ -211,7 +211,7 @@ def linear_attention(node: Node, m: ModelArch, batch: int, tokens: int, heads: i
     la = m.linear_attention
     if la is None:
         return Term(0.0, MEASURED)
-    state = heads * la.head_dim * la.head_dim * 4  # fp32, one layer
+    state = heads * la.head_dim * la.head_dim * FP32_BYTES  # one layer
     nbytes = la.layers * batch * 2 * state
     flops = la.layers * batch * tokens * KDA_FLOPS_PER_STATE * heads * la.head_dim ** 2
     sol = node.sol_ms(nbytes, flops)
