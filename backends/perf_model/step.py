@@ -73,10 +73,14 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     # them whole for its own share of the requests.
     dp_attention = lp.enable_dp_attention and tp > 1
     dense_tp, rank_rows = (1, math.ceil(tokens / tp)) if dp_attention else (tp, tokens)
+    # The dense GEMMs outside and inside an MLA block (which vLLM's tables time whole).
+    outside = tuple(x for x in m.linears if x.name not in MLA_BLOCK_LINEARS)
+    inside = tuple(x for x in m.linears if x.name in MLA_BLOCK_LINEARS)
     if node.kernels is None:
         gemm, moe = _weights_roofline(node, m, lp, tokens)
     else:
-        gemm = gemms(node, m.linears, rank_rows, dense_tp)
+        gemm = gemms(node, outside, rank_rows, dense_tp)
+        block_gemm = gemms(node, inside, rank_rows, dense_tp)
         moe = experts(node, m, tokens, tp, ep,
                       lambda skew: _moe_roofline(node, m, lp, tokens, skew))
     rank_batch = math.ceil(batch / tp) if dp_attention else batch
@@ -99,12 +103,10 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
              mla_block(node, m, heads, rank_batch, tokens, tokens_per_req, context, prefill,
                        dcp))
     if block is not None:  # vLLM's MLA module tables time the block's GEMMs with its attention
-        mla = tuple(x for x in m.linears if x.name in MLA_BLOCK_LINEARS)
-        gemm = gemms(node, tuple(x for x in m.linears if x not in mla), rank_rows, dense_tp)
-        attention = Term(block.ms, MEASURED,
-                         attention.sol_ms + gemms(node, mla, rank_rows, dense_tp).sol_ms)
-    linear = (fitted(0.0) if m.linear_attention is None else
-              _linear_attention(node, m, lp, rank_batch, tokens_per_req, dp_attention, prefill))
+        attention = Term(block.ms, MEASURED, attention.sol_ms + block_gemm.sol_ms)
+    elif node.kernels is not None:
+        gemm = total([gemm, block_gemm])
+    linear = _linear_attention(node, m, lp, rank_batch, tokens_per_req, dp_attention, prefill)
     collectives = target_collectives(m, lp, tokens)
     if dcp > 1:
         collectives |= context_parallel_collectives(m, heads, dcp, tokens)
@@ -158,6 +160,8 @@ def _linear_attention(node: Node, m: ModelArch, lp: LaunchParams, batch: int, to
                       dp_attention: bool, prefill: bool) -> Term:
     """The KDA layers: their heads split over the TP ranks (whole under attention-DP)."""
     la = m.linear_attention
+    if la is None:
+        return fitted(0.0)
     heads = la.heads if dp_attention else max(1, la.heads // lp.tp_size)
     phase = "context" if prefill else ("generation" if tokens == 1 else "verify")
     return linear_attention(node, m, batch, tokens, heads, phase)

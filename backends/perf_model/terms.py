@@ -209,8 +209,6 @@ def linear_attention(node: Node, m: ModelArch, batch: int, tokens: int, heads: i
     tokens run through it in turn; the tables time the engine's kernels, the roofline prices
     the state's bytes and the recurrence's FLOPs where they do not."""
     la = m.linear_attention
-    if la is None:
-        return Term(0.0, MEASURED)
     state = heads * la.head_dim * la.head_dim * FP32_BYTES  # one layer
     nbytes = la.layers * batch * 2 * state
     flops = la.layers * batch * tokens * KDA_FLOPS_PER_STATE * heads * la.head_dim ** 2
