@@ -80,7 +80,8 @@ from backends.perf_model.acceptance import (  # noqa: E402
     chain_acceptance,
     tree_acceptance,
 )
-from backends.perf_model.calibrate import PEAK, SPEEDUP, Observation, compare  # noqa: E402
+from backends.perf_model.calibrate import (  # noqa: E402
+    PEAK, PEAK_SECOND, SPEEDUP, Observation, compare)
 from backends.perf_model.references import Reference, model_predictor  # noqa: E402
 from backends.perf_model.references import validation_sources  # noqa: E402
 from backends.perf_model.shipped import default_efficiency  # noqa: E402
@@ -307,7 +308,9 @@ def _value(aic: AIConfigurator, call: Call, metric: str) -> tuple[float | None, 
     est = aic.estimate(call)
     if est.failure:
         return None, est.failure
-    return est.metric(metric), "batch over its KV cache (TPOT inaccurate, it says)" * est.kv_over
+    # Its TPOT is the decode step alone: the batch's output rate in a second with no prefill.
+    value = call.batch * 1e3 / est.tpot_ms if metric == PEAK_SECOND else est.metric(metric)
+    return value, "batch over its KV cache (TPOT inaccurate, it says)" * est.kv_over
 
 
 def rows_of(aic: AIConfigurator, src: Reference) -> list[Row]:

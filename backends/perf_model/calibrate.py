@@ -1,8 +1,8 @@
 """Observations of a node and the fit of the efficiency constants to them.
 
 An observation is one published or measured number of one configuration: output tok/s at a
-level (or the best over the workload's levels, ``peak``), a speedup over a baseline
-configuration, or a latency. The fit minimises the squared log error of the fitted metrics
+level (or the best over the workload's levels, ``peak``), a load test's peak one-second output
+(``peak_output_tok_s``), a speedup over a baseline configuration, or a latency. The fit minimises the squared log error of the fitted metrics
 (throughput and speedups); latencies are compared, not fitted. Two fits share this module:
 ``fit`` (one node, a coordinate search the launch-aware screen runs every round) and the
 bounded global fit of ``backends.perf_model.global_fit`` over many nodes.
@@ -20,7 +20,11 @@ from backends.perf_model.constants import Efficiency, bounds
 
 PEAK = "peak"
 SPEEDUP = "speedup"
-FITTED_METRICS = ("output_tok_s", SPEEDUP)
+# The "Peak output token throughput" line of sglang.bench_serving and vllm bench serve: the most
+# output tokens any one second of the run held. A saturated closed loop reaches it in a second in
+# which no prompt is prefilled, so it is the running batch's decode rate, not the run's average.
+PEAK_SECOND = "peak_output_tok_s"
+FITTED_METRICS = ("output_tok_s", PEAK_SECOND, SPEEDUP)
 METRICS = (*FITTED_METRICS, "tpot_p50_ms", "ttft_p50_ms")
 
 

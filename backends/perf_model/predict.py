@@ -123,6 +123,15 @@ def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
     )
 
 
+def prefill_free_tok_s(m: Measurement) -> float:
+    """The output rate of a second in which no prompt is prefilled: a level's cycle is its
+    rounds times (step + prefill_share), so without the prefills the same batch outputs
+    ``step + prefill_share`` over ``step`` times as fast."""
+    step_ms = sum(m.breakdown_ms.values())
+    decode_ms = step_ms - m.breakdown_ms.get("prefill_share", 0.0)
+    return m.output_tok_s * step_ms / decode_ms if decode_ms > 0 else 0.0
+
+
 def _prefill(s: Setup, input_len: int, batch: int) -> Term:
     """Time one prompt costs the engine. Prompts go in chunks of the engine's prefill budget;
     with ``batch`` requests running, a chunk packs several prompts, so each streams the weights

@@ -18,11 +18,13 @@ from backends.perf_model.acceptance import profile_for_length
 from backends.perf_model.calibrate import (
     METRICS,
     PEAK,
+    PEAK_SECOND,
     SPEEDUP,
     Observation,
     Predictor,
 )
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.predict import prefill_free_tok_s
 
 _DIR = Path(__file__).parent / "references"
 VALIDATION_DIR = Path(__file__).parent / "validation"
@@ -180,6 +182,8 @@ def _level_metric(backend: PerfModelBackend, launch: LaunchParams, workload: Wor
     rows = [m for m in backend.measure(launch, workload) if m.ok]
     if not rows:
         return 0.0
+    if metric == PEAK_SECOND:
+        return max(prefill_free_tok_s(m) for m in rows)
     best = max(rows, key=lambda m: m.output_tok_s)
     return float(getattr(best, metric) or 0.0)
 
