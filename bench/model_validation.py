@@ -13,11 +13,13 @@ DFlash vs plain). Exit 0 when every check passes, 1 otherwise.
 
     python bench/model_validation.py [--starts 4] [--json OUT] [--write] [--measured-kernels]
 
-``--write`` stores the all-sources fit in backends/perf_model/fitted.yaml, the shipped default
-the `model` backend (and so `dflash-tune run`) starts from. ``--measured-kernels`` prices every
-source from its GPU's measured kernel tables (``Deployment.measured_kernels``) instead of the
-roofline; with ``--write`` its fit goes to backends/perf_model/fitted_measured.yaml, the shipped
-default of the model with measured kernels on.
+``--write`` stores the all-sources fit in backends/perf_model/fitted.yaml, the constants the
+`model` backend starts from on the fitted roofline (a GPU without measured tables, or
+``measured_kernels: false``). ``--measured-kernels`` prices every source from its GPU's
+measured kernel tables (``Deployment.measured_kernels``) instead of the roofline; with
+``--write`` its fit goes to backends/perf_model/fitted_measured.yaml, the constants of the
+model with measured kernels on (the default wherever the GPU has tables, and so of
+`dflash-tune run` on the reference node).
 """
 
 from __future__ import annotations

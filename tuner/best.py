@@ -39,6 +39,7 @@ from tuner.sla import queueing
 from tuner.sla import with_bounds
 from tuner.storage import shown_url
 from tuner.wiring import launch_target_from
+from tuner.wiring import measured_kernels
 
 DEFAULT_TOP = 10  # front members shown and returned
 
@@ -187,7 +188,7 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       plain=_plain_by_layout(trials, limits),
                       warnings=_warnings(chosen, limits, w.output_len),
                       hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
-                      measured_only=_measured_only(lp, run_cfg.backend.measured_kernels),
+                      measured_only=_measured_only(lp, measured_kernels(run_cfg)),
                       predicted_only=_predicted_only(lp, trials))
 
 

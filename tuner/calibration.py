@@ -8,6 +8,7 @@ rest predicts them; ``--write`` stores the constants where ``run`` reads them.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from backends.perf_model.calibrate import Comparison, Observation, compare
@@ -22,8 +23,16 @@ from tuner.errors import UsageError
 WITHIN = 0.25  # the target: a held-out level predicted within +-25%
 
 
-def calibrate_reference(name: str) -> Efficiency:
-    eff, comparisons = fit_reference(load_reference(name))
+def calibrate_reference(name: str, cfg: Config) -> Efficiency:
+    """Fit to a reference, pricing kernels as ``run`` would for its GPU under ``cfg``: the
+    measured tables wherever the GPU has them, unless the config says otherwise."""
+    from backends.perf_model.shipped import measured_by_default
+
+    ref = load_reference(name)
+    chosen = cfg.backend.measured_kernels
+    measured = measured_by_default(ref.deployment.gpu) if chosen is None else chosen
+    ref = replace(ref, deployment=replace(ref.deployment, measured_kernels=measured))
+    eff, comparisons = fit_reference(ref)
     _show(f"model vs {name}", comparisons)
     _emit(eff)
     return eff

@@ -268,7 +268,7 @@ def calibrate(reference: Annotated[str, typer.Option(
     from tuner.calibration import calibrate_reference, calibrate_study, write_efficiency
 
     if study is None:
-        eff = calibrate_reference(reference)
+        eff = calibrate_reference(reference, _config(config))
     else:
         cfg = _config(config, **{"study.storage": storage, "study.name": study})
         eff = calibrate_study(cfg, holdout)
@@ -311,10 +311,11 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
              engine: Annotated[EstimateEngine, typer.Option(
                  help="The serving engine whose measured kernels and constants price the "
                       "step.")] = EstimateEngine.sglang,
-             measured_kernels: Annotated[bool, typer.Option(
+             measured_kernels: Annotated[bool | None, typer.Option(
                  help="Price GEMMs, experts, attention and collectives from the GPU's measured "
                       "kernel tables (AIConfigurator's silicon data) instead of the fitted "
-                      "roofline.")] = False,
+                      "roofline (default: wherever the GPU has them).",
+                 show_default=False)] = None,
              fmt: Annotated[TableOrJson, typer.Option("--format")] = TableOrJson.table,
              *, launch: dict) -> None:
     """What the performance model predicts for one configuration, without a study or a GPU.

@@ -109,7 +109,7 @@ class WorkloadConfig(_Section):
     output_len: int = Field(512, ge=1)
     concurrency: list[int] = [1, 4, 16, 32, 64, 128, 256]
     # Throughput is maximised at this level; the SLA applies there.
-    target_concurrency: int = Field(128, ge=1, le=MAX_CONCURRENCY)
+    target_concurrency: int = Field(64, ge=1, le=MAX_CONCURRENCY)
     sla: list[str] = ["tpot_p50_ms<=100"]
     # Bounds on time to first token that hold beside `sla` (and `best --sla`) unless it names the
     # metric; null drops one. TPOT alone misses queueing: with a running cap below the load, TPOT
@@ -202,8 +202,9 @@ class BackendConfig(_Section):
     # calibrate --study NAME --write` stores a study's own fit here.
     efficiency: dict[str, float] = {}
     # The model backend prices GEMMs, experts, attention and collectives from the GPU's measured
-    # kernel tables (docs/ARCHITECTURE.md) instead of the fitted roofline.
-    measured_kernels: bool = False
+    # kernel tables (docs/ARCHITECTURE.md) instead of the fitted roofline; None: wherever the
+    # GPU has them (wiring.measured_kernels).
+    measured_kernels: bool | None = None
     simulation: SimulationConfig = SimulationConfig()
 
     @field_validator("host")

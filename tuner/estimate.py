@@ -39,7 +39,15 @@ class EstimateRequest:
     concurrency: tuple[int, ...]
     knobs: Mapping[str, Any] = field(default_factory=dict)  # given LaunchParams fields
     engine: str = "sglang"  # whose kernel tables and fitted constants price the step
-    measured_kernels: bool = False  # kernel tables instead of the fitted roofline
+    # Kernel tables instead of the fitted roofline; None: wherever the GPU has them.
+    measured_kernels: bool | None = None
+
+    @property
+    def measured(self) -> bool:
+        from backends.perf_model.shipped import measured_by_default
+
+        chosen = self.measured_kernels
+        return measured_by_default(self.gpu) if chosen is None else chosen
 
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)
@@ -61,7 +69,7 @@ class EstimateRequest:
                                   target_layers=tuple(range(self.drafter_layers)),
                                   acceptance=profile.top1)
         return Deployment(gpu=self.gpu, gpus=self.gpus, model=self.model, drafter=drafter,
-                          engine=self.engine, measured_kernels=self.measured_kernels,
+                          engine=self.engine, measured_kernels=self.measured,
                           target=LaunchTarget(model_path="/models/target",
                                               drafter_path="/models/drafter"))
 
@@ -84,7 +92,7 @@ def as_json(req: EstimateRequest, rows: Sequence[Measurement]) -> dict:
     from backends.perf_model.shipped import default_efficiency
 
     return {"levels": [_level(m) for m in rows],
-            "constants": default_efficiency(req.gpu, req.engine, req.measured_kernels).as_dict(),
+            "constants": default_efficiency(req.gpu, req.engine, req.measured).as_dict(),
             "launch": req.launch().label()}
 
 
@@ -110,7 +118,7 @@ def show(req: EstimateRequest, rows: Sequence[Measurement], console=render.human
                     console=console)
     from backends.perf_model.backend import unpriced_knobs
 
-    unknown = unpriced_knobs(req.measured_kernels)
+    unknown = unpriced_knobs(req.measured)
     unpriced = sorted(k for k in req.launch().non_default() if k in unknown)
     if unpriced:
         render.note(f"measured only: {', '.join(unpriced)} priced at the engine's defaults "

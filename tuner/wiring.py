@@ -36,7 +36,16 @@ def deployment_from(cfg: Config) -> Deployment:
     return Deployment(gpu=cfg.hardware.gpu, gpus=cfg.hardware.gpus, model=cfg.model.name,
                       target=target, drafter=drafter, engine=b.engine,
                       engine_version=b.engine_version, flag_overrides=dict(b.flag_overrides),
-                      measured_kernels=b.measured_kernels)
+                      measured_kernels=measured_kernels(cfg))
+
+
+def measured_kernels(cfg: Config) -> bool:
+    """Whether the model backend prices kernels from measured tables: as the config says, else
+    wherever the GPU has them."""
+    from backends.perf_model.shipped import measured_by_default
+
+    chosen = cfg.backend.measured_kernels
+    return measured_by_default(cfg.hardware.gpu) if chosen is None else chosen
 
 
 def workload_from(cfg: Config) -> Workload:
@@ -68,7 +77,7 @@ def efficiency_from(cfg: Config):
     from backends.perf_model.shipped import default_efficiency
 
     base = default_efficiency(cfg.hardware.gpu, cfg.backend.engine,
-                              cfg.backend.measured_kernels).as_dict()
+                              measured_kernels(cfg)).as_dict()
     return Efficiency(**{**base, **cfg.backend.efficiency})
 
 

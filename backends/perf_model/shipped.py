@@ -13,6 +13,7 @@ import yaml
 
 from backends.perf_model.catalog import load_hardware
 from backends.perf_model.constants import Efficiency
+from backends.perf_model.kernels.tables import data_root
 
 FITTED = Path(__file__).parent / "fitted.yaml"
 FITTED_MEASURED = Path(__file__).parent / "fitted_measured.yaml"
@@ -27,6 +28,12 @@ def _fitted(path: Path) -> dict[str, float]:
     if not path.is_file():
         return {}
     return dict((yaml.safe_load(path.read_text()) or {}).get("constants") or {})
+
+
+def measured_by_default(gpu: str) -> bool:
+    """Whether the model prices kernels from measured tables when not told: wherever the GPU
+    has them (hardware.yaml ``measured_system``, the tables installed)."""
+    return bool(load_hardware(gpu).measured_system) and data_root() is not None
 
 
 def default_efficiency(gpu: str, engine: str = "sglang",

@@ -34,7 +34,8 @@ def make_study(folder: Path, trials: list[tuple[dict, list[Measurement], str]],
                name: str = "made", **sections: dict[str, Any]) -> Path:
     """A tuner.yaml in ``folder`` naming study ``name`` in folder/results.db, holding
     ``trials`` (numbered from 0) as a model-backend study would store them."""
-    path = write_config(folder, study={"name": name}, **sections)
+    workload = {"target_concurrency": 128, **sections.pop("workload", {})}
+    path = write_config(folder, study={"name": name}, workload=workload, **sections)
     cfg = load_config(path)
     add_study(cfg.study.storage, name, cfg.model_dump(mode="json"), trials)
     return path

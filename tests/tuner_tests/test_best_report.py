@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shlex
 
+import pytest
+
 from cli_helpers import cli
 from made_study import level
 from made_study import make_study
@@ -126,16 +128,23 @@ def test_serve_command_has_its_own_port_and_label_and_no_unreleased_ddtree_note(
     assert shlex.split(sglang.stdout.splitlines()[-1])[-1] == "30000"
 
 
-def test_best_names_the_winners_knobs_the_model_cannot_price(tmp_path):
+@pytest.mark.parametrize("measured_kernels", [None, False], ids=["tables", "roofline"])
+def test_best_names_the_winners_knobs_the_model_cannot_price(tmp_path, measured_kernels):
+    """On the node's measured tables (the default there) the model prices the custom all-reduce
+    against NCCL; the roofline prices neither."""
     collectives = _dflash(6, 128, nccl_proto="LL128", disable_custom_all_reduce=True)
     make_study(tmp_path, [trial(PLAIN, level(128, 250.0, tpot=25.0)),
-                          trial(collectives, level(128, 700.0, tpot=25.0))])
+                          trial(collectives, level(128, 700.0, tpot=25.0))],
+               backend={"measured_kernels": measured_kernels})
     result, record = _best(tmp_path, "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert record["measured_only"] == {"disable_custom_all_reduce": True, "nccl_proto": "LL128"}
+    unpriced = ({"nccl_proto": "LL128"} if measured_kernels is None
+                else {"disable_custom_all_reduce": True, "nccl_proto": "LL128"})
+    assert record["measured_only"] == unpriced
     assert record["predicted_only"] == {}  # a study of the model: everything is predicted
-    assert ("measured only: disable_custom_all_reduce=True, nccl_proto=LL128 (the performance "
-            "model prices them at their defaults)") in result.stderr
+    listed = ", ".join(f"{k}={v}" for k, v in unpriced.items())
+    assert (f"measured only: {listed} (the performance model prices them at their "
+            "defaults)") in result.stderr
     assert "NCCL_PROTO=LL128" in cli("best", "--emit-flags", cwd=tmp_path).stdout
 
 
@@ -157,6 +166,18 @@ def test_predicted_only_lists_the_values_no_real_engine_ran():
                                                 "speculative_dflash_block_size": 4}
     assert _predicted_only(ran, trials) == {}
     assert _predicted_only(guessed, trials[1:]) == {}  # nothing measured: a model study
+
+
+def test_vllm_is_refused_what_it_cannot_launch_and_told_why(tmp_path):
+    """The only configuration within the SLA runs DFlash under vLLM's default FULL graphs,
+    which vLLM refuses with DFlash: no vLLM command, and the reason."""
+    make_study(tmp_path, [trial(PLAIN, level(128, 250.0, tpot=60.0)),
+                          trial(_dflash(8, 128), level(128, 900.0, tpot=25.0))])
+    assert cli("best", "--sla", "tpot_p50_ms<=30", cwd=tmp_path).returncode == 0
+    result = cli("best", "--sla", "tpot_p50_ms<=30", "--emit-flags", "--backend", "vllm",
+                 cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "can be launched by the requested engine" in result.stderr
 
 
 def test_vllm_flags_carry_the_graph_mode_its_dflash_runs_with(tmp_path):

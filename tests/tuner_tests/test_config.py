@@ -176,14 +176,21 @@ def test_debug_flag_and_env_show_the_traceback_of_a_known_error(tmp_path):
 
 
 def test_measured_kernels_reach_the_model_backend_from_the_config():
+    """Unset, the model prices kernels from the GPU's tables wherever it has them."""
     from backends.perf_model import PerfModelBackend
     from tuner.wiring import deployment_from
 
-    default = deployment_from(Config())
-    measured = deployment_from(Config.model_validate({"backend": {"measured_kernels": True}}))
-    assert not default.measured_kernels and measured.measured_kernels
-    assert PerfModelBackend(default).node.kernels is None
-    assert PerfModelBackend(measured).node.kernels.system == "rtx_pro_6000_server"
+    def deployment(gpu: str, measured_kernels: bool | None = None):
+        return deployment_from(Config.model_validate(
+            {"hardware": {"gpu": gpu}, "backend": {"measured_kernels": measured_kernels}}))
+
+    default = deployment("rtx-pro-6000-server")
+    assert PerfModelBackend(default).node.kernels.system == "rtx_pro_6000_server"
+    roofline = deployment("rtx-pro-6000-server", False)
+    assert not roofline.measured_kernels and PerfModelBackend(roofline).node.kernels is None
+    # The workstation edition has no tables: the roofline, unless asked for tables.
+    assert not deployment("rtx-pro-6000-workstation").measured_kernels
+    assert deployment("rtx-pro-6000-workstation", True).measured_kernels
 
 
 @pytest.mark.parametrize("key, value, says", [

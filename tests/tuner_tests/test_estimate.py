@@ -28,7 +28,10 @@ def test_estimate_json_has_one_level_per_concurrency_on_stdout(tmp_path):
     for lv in levels:
         assert lv["output_tok_s"] > 0 and lv["tpot_p50_ms"] > 0 and lv["ttft_p50_ms"] > 0
     assert "gemm" in levels[0]["breakdown_ms"] and "gemm" in stderr  # table on stderr
-    assert levels[0]["breakdown_source"]["gemm"] == "roofline"
+    # The B200 has measured tables: they price the step unless told otherwise.
+    assert levels[0]["breakdown_source"]["gemm"] == "measured"
+    roofline, _ = _levels(tmp_path, "--method", "none", "--no-measured-kernels")
+    assert roofline[0]["breakdown_source"]["gemm"] == "roofline"
     tok_s = [lv["output_tok_s"] for lv in levels]
     assert tok_s == sorted(tok_s)
 
@@ -122,9 +125,13 @@ def test_a_model_config_json_that_is_no_object_is_one_line(tmp_path):
         "list"]
 
 
-def test_estimate_says_which_knobs_it_prices_at_their_defaults(tmp_path):
-    plain, quiet = _levels(tmp_path)
-    tuned, said = _levels(tmp_path, "--nccl-proto", "LL128", "--disable-custom-all-reduce")
+@pytest.mark.parametrize("pricing, unpriced", [
+    ("--measured-kernels", "nccl_proto"),  # the tables time the custom all-reduce and NCCL's
+    ("--no-measured-kernels", "disable_custom_all_reduce, nccl_proto")])
+def test_estimate_says_which_knobs_it_prices_at_their_defaults(tmp_path, pricing, unpriced):
+    plain, quiet = _levels(tmp_path, pricing)
+    tuned, said = _levels(tmp_path, pricing, "--nccl-proto", "LL128",
+                          "--disable-custom-all-reduce")
     assert [lv["output_tok_s"] for lv in tuned] == [lv["output_tok_s"] for lv in plain]
-    assert "measured only: disable_custom_all_reduce, nccl_proto" in said
+    assert f"measured only: {unpriced} priced" in said
     assert "measured only" not in quiet

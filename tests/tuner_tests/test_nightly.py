@@ -100,8 +100,8 @@ def studied(scratch) -> Path:
     """A folder with a finished 12-trial study on the model backend."""
     folder = scratch / "studied"
     folder.mkdir()
-    # A 12-trial study has nothing that serves 128 requests without queueing: the SLA's TTFT
-    # bounds (tests/tuner_tests/test_best_report.py) would leave nothing to choose.
+    # A 12-trial study may have nothing that serves the target's requests without queueing:
+    # the SLA's TTFT bounds (tests/tuner_tests/test_best_report.py) would leave nothing to choose.
     run_study(load_config(write_config(folder, study={"n_trials": 12}, workload=UNBOUNDED_TTFT)))
     return folder
 
@@ -145,8 +145,8 @@ def test_ten_percent_slowdown_under_three_percent_noise_is_flagged(fresh):
         cfg = fresh(f"s{seed}")
         out = run_nightly(cfg, backend=_slowed(cfg, 0.10, 0.03, seed))
         assert out.exit_code == 1, out.lines
-        assert any(line.startswith("REGRESSION: the incumbent's output tok/s at concurrency 128 "
-                                   "fell") for line in out.lines)
+        assert any(line.startswith("REGRESSION: the incumbent's output tok/s at concurrency 64 "
+                                   "fell") for line in out.lines), out.lines
         assert _runs(cfg)[-1][1] == "regression"
 
 
@@ -306,7 +306,7 @@ def test_run_row_has_the_dashboard_columns_and_a_fingerprint(fresh):
     assert {"id", "study", "created_at", "status", "config_label", "params_json", "metric",
             "median", "mad", "n_repeats", "baseline_median", "fingerprint_json",
             "message"} <= set(row)
-    assert row["metric"] == "output_tok_s@128" and row["n_repeats"] == 5
+    assert row["metric"] == "output_tok_s@64" and row["n_repeats"] == 5
     fp = json.loads(row["fingerprint_json"])
     assert fp["engine"] == "sglang" and fp["engine_version"] and fp["host"]
     assert fp["gpu"] and fp["model_revision"] is None  # /models/... is absent here
