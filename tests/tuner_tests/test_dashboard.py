@@ -134,6 +134,20 @@ def test_crossover_is_where_speculation_stops_beating_plain_decoding():
     assert "from concurrency 128" in cross.note
 
 
+def test_a_level_lost_before_speculation_pays_again_is_named():
+    """Block-8 DFlash on the reference node's measured kernels: the 4-request verify switches
+    the INT4 MoE to a slower kernel, so that one level loses and the next wins again."""
+    dip = [_view(0, "AR · TP", {1: 80, 4: 260, 16: 400}),
+           _view(1, "DFlash · TP", {1: 140, 4: 250, 16: 520})]
+    cross = crossover(envelopes(dip))
+    assert cross.stops_at is None
+    assert cross.note == "speculation beats plain decoding at every measured concurrency but 4"
+    late = dip + [_view(2, "AR · TP", {64: 700}), _view(3, "DFlash · TP", {64: 650})]
+    cross = crossover(envelopes(late))
+    assert cross.stops_at == 64
+    assert cross.note == "speculation stops paying from concurrency 64 (and loses at 4)"
+
+
 def test_empty_study_gets_a_report_that_says_so(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     records.save_study_config(records.connect(url), "empty", {})

@@ -42,12 +42,17 @@ def crossover(curves: dict[str, dict[int, float]]) -> Crossover:
     speedup = [spec[c] / ar[c] if ar[c] > 0 else None for c in levels]
     losing = [c for c, s in zip(levels, speedup, strict=True) if s is not None and s <= 1.0]
     stops = next((c for c in levels if all(x in losing for x in levels if x >= c)), None)
-    if stops is None:
-        note = "speculation beats plain decoding at every measured concurrency"
-    elif stops == levels[0]:
+    # Levels lost before speculation pays again (a kernel switch can make one level lose).
+    dips = ", ".join(str(c) for c in losing if stops is None or c < stops)
+    if stops == levels[0]:
         note = "speculation never beats plain decoding here"
-    else:
+    elif stops is not None:
         note = f"speculation stops paying from concurrency {stops}"
+        note += f" (and loses at {dips})" if dips else ""
+    elif dips:
+        note = f"speculation beats plain decoding at every measured concurrency but {dips}"
+    else:
+        note = "speculation beats plain decoding at every measured concurrency"
     return Crossover(levels, speedup, stops, note)
 
 
