@@ -26,11 +26,10 @@ WITHIN = 0.25  # the target: a held-out level predicted within +-25%
 def calibrate_reference(name: str, cfg: Config) -> Efficiency:
     """Fit to a reference, pricing kernels as ``run`` would for its GPU under ``cfg``: the
     measured tables wherever the GPU has them, unless the config says otherwise."""
-    from backends.perf_model.shipped import measured_by_default
+    from backends.perf_model.shipped import measured_kernels_for
 
     ref = load_reference(name)
-    chosen = cfg.backend.measured_kernels
-    measured = measured_by_default(ref.deployment.gpu) if chosen is None else chosen
+    measured = measured_kernels_for(ref.deployment.gpu, cfg.backend.measured_kernels)
     ref = replace(ref, deployment=replace(ref.deployment, measured_kernels=measured))
     eff, comparisons = fit_reference(ref)
     _show(f"model vs {name}", comparisons)

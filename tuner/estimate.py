@@ -44,10 +44,9 @@ class EstimateRequest:
 
     @property
     def measured(self) -> bool:
-        from backends.perf_model.shipped import measured_by_default
+        from backends.perf_model.shipped import measured_kernels_for
 
-        chosen = self.measured_kernels
-        return measured_by_default(self.gpu) if chosen is None else chosen
+        return measured_kernels_for(self.gpu, self.measured_kernels)
 
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)

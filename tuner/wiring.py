@@ -42,10 +42,9 @@ def deployment_from(cfg: Config) -> Deployment:
 def measured_kernels(cfg: Config) -> bool:
     """Whether the model backend prices kernels from measured tables: as the config says, else
     wherever the GPU has them."""
-    from backends.perf_model.shipped import measured_by_default
+    from backends.perf_model.shipped import measured_kernels_for
 
-    chosen = cfg.backend.measured_kernels
-    return measured_by_default(cfg.hardware.gpu) if chosen is None else chosen
+    return measured_kernels_for(cfg.hardware.gpu, cfg.backend.measured_kernels)
 
 
 def workload_from(cfg: Config) -> Workload:

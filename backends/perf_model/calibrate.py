@@ -2,8 +2,9 @@
 
 An observation is one published or measured number of one configuration: output tok/s at a
 level (or the best over the workload's levels, ``peak``), a load test's peak one-second output
-(``peak_output_tok_s``), a speedup over a baseline configuration, or a latency. The fit minimises the squared log error of the fitted metrics
-(throughput and speedups); latencies are compared, not fitted. Two fits share this module:
+(``peak_output_tok_s``), a speedup over a baseline configuration, or a latency. The fit
+minimises the squared log error of the fitted metrics (throughput and speedups); latencies are
+compared, not fitted. Two fits share this module:
 ``fit`` (one node, a coordinate search the launch-aware screen runs every round) and the
 bounded global fit of ``backends.perf_model.global_fit`` over many nodes.
 """

@@ -30,9 +30,11 @@ def _fitted(path: Path) -> dict[str, float]:
     return dict((yaml.safe_load(path.read_text()) or {}).get("constants") or {})
 
 
-def measured_by_default(gpu: str) -> bool:
-    """Whether the model prices kernels from measured tables when not told: wherever the GPU
-    has them (hardware.yaml ``measured_system``, the tables installed)."""
+def measured_kernels_for(gpu: str, chosen: bool | None = None) -> bool:
+    """Whether the model prices kernels from measured tables: as ``chosen``, else wherever the
+    GPU has them (hardware.yaml ``measured_system``, the tables installed)."""
+    if chosen is not None:
+        return chosen
     return bool(load_hardware(gpu).measured_system) and data_root() is not None
 
 
