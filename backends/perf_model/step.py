@@ -73,14 +73,14 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     # them whole for its own share of the requests.
     dp_attention = lp.enable_dp_attention and tp > 1
     dense_tp, rank_rows = (1, math.ceil(tokens / tp)) if dp_attention else (tp, tokens)
-    # The dense GEMMs outside and inside an MLA block (which vLLM's tables time whole).
-    outside = tuple(x for x in m.linears if x.name not in MLA_BLOCK_LINEARS)
-    inside = tuple(x for x in m.linears if x.name in MLA_BLOCK_LINEARS)
     if node.kernels is None:
         gemm, moe = _weights_roofline(node, m, lp, tokens)
     else:
-        gemm = gemms(node, outside, rank_rows, dense_tp)
-        block_gemm = gemms(node, inside, rank_rows, dense_tp)
+        # The dense GEMMs outside and inside an MLA block (which vLLM's tables time whole).
+        gemm = gemms(node, tuple(x for x in m.linears if x.name not in MLA_BLOCK_LINEARS),
+                     rank_rows, dense_tp)
+        block_gemm = gemms(node, tuple(x for x in m.linears if x.name in MLA_BLOCK_LINEARS),
+                           rank_rows, dense_tp)
         moe = experts(node, m, tokens, tp, ep,
                       lambda skew: _moe_roofline(node, m, lp, tokens, skew))
     rank_batch = math.ceil(batch / tp) if dp_attention else batch
