@@ -38,6 +38,6 @@ class Deployment:
     engine_version: str | None = None
     flag_overrides: dict[str, str | None] = field(default_factory=dict)
     # The performance model prices kernels from the GPU's measured tables (perf_model/kernels)
-    # instead of the fitted roofline. Opt-in until its peaks on the reference node are right
-    # (docs/BENCHMARKS.md "Measured kernels").
+    # instead of the fitted roofline. The tuner's config resolves its default (null: wherever
+    # the GPU has tables, shipped.measured_kernels_for); a Deployment built directly says which.
     measured_kernels: bool = False

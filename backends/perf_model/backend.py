@@ -76,8 +76,8 @@ class PerfModelBackend(Backend):
         lp = lp.priced(unpriced_knobs(self.node.kernels is not None))
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
         plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
-        return Setup(self.node, self.model, self.drafter, lp, plan, self._acceptance(lp),
-                     self._acceptance)
+        return Setup(self.node, self.deployment.engine, self.model, self.drafter, lp, plan,
+                     self._acceptance(lp), self._acceptance)
 
     def _check(self, lp: LaunchParams) -> None:
         d = self.deployment

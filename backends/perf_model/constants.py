@@ -38,6 +38,11 @@ SMALL_KERNELS = {"gqa": 5, "mla": 8, "dense_mlp": 2, "moe": 5, "shared_expert": 
                  "fp8_gqa": 2, "fp8_mla": 3, "fp8_mlp": 2}
 RUNTIME_RESERVE_GIB = 2.0  # CUDA context, NCCL buffers, allocator slack outside the static pool
 CHUNKED_PREFILL_TOKENS = 8192  # engines' default prefill chunk; sizes the activation workspace
+# Engines whose scheduler puts new prompts into the decode step's own batch (vLLM: one token
+# budget a step, decodes first, prompts in chunks after them). SGLang (without
+# --enable-mixed-chunk, its default) and our own engine run the prompts waiting as a prefill
+# batch of their own between two decode steps, which the whole running batch waits for.
+PREFILL_IN_DECODE_BATCH = frozenset({"vllm"})
 # Rows at which a tensor-core GEMM reaches half its large-shape efficiency: below a 128-row tile
 # the tile is mostly padding, and few tiles cannot fill every SM (wave quantisation). The
 # saturating form rows / (rows + GEMM_HALF_ROWS) is the simplest curve with both limits.

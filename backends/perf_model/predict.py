@@ -26,6 +26,7 @@ class Setup:
     """Everything fixed for one configuration; only the concurrency varies."""
 
     node: Node
+    engine: str  # the serving engine (its scheduler decides how prefills are batched)
     model: ModelArch
     drafter: DrafterArch | None
     lp: LaunchParams
@@ -84,9 +85,9 @@ def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
 
 def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
     """Steady state of ``concurrency`` closed-loop clients: each request is one prefill and
-    ``output_len / accepted`` decode rounds, and the engine interleaves the prefills of new
-    requests with the running batch (chunked prefill), so every finished request costs the
-    batch one prefill: throughput = running x output / (rounds x step + running x prefill)."""
+    ``output_len / accepted`` decode rounds, and every finished request is replaced by a new
+    one whose prefill the running batch waits for: throughput = running x output / (rounds x
+    step + running x prefill), a prefill priced as the engine packs it (``prompts_packed``)."""
     dp = s.lp.dp_size
     running = min(concurrency, s.plan.max_requests * dp)
     batch = math.ceil(running / dp)
@@ -97,7 +98,7 @@ def predict(s: Setup, workload: Workload, concurrency: int) -> Measurement:
     step_ms = sum(parts.values())
     accepted = s.acceptance.mean if s.acceptance else 1.0
     rounds = workload.output_len / accepted
-    prefill = _prefill(s, workload.input_len, batch)
+    prefill = _prefill(s, workload.input_len, prompts_packed(s.engine, batch, rounds))
     prefill_ms = prefill.ms
     # One replica's time to finish its ``batch`` requests, its own prefills included.
     cycle_ms = rounds * step_ms + batch * prefill_ms
@@ -132,14 +133,29 @@ def prefill_free_tok_s(m: Measurement) -> float:
     return m.output_tok_s * step_ms / decode_ms if decode_ms > 0 else 0.0
 
 
-def _prefill(s: Setup, input_len: int, batch: int) -> Term:
-    """Time one prompt costs the engine. Prompts go in chunks of the engine's prefill budget;
-    with ``batch`` requests running, a chunk packs several prompts, so each streams the weights
-    once per chunk, not once per prompt; its GEMMs are compute-bound and it attends to the
-    prompt so far (half of it, on average). The drafter's own prefill is left out (a small
-    share: a few layers)."""
-    chunk = min(C.CHUNKED_PREFILL_TOKENS, max(input_len, min(batch, 64) * input_len))
-    prompts = max(1, chunk // input_len)  # prompts a chunk packs
+def prompts_packed(engine: str, batch: int, rounds: float) -> int:
+    """Prompts one prefill forward packs in the steady state of ``batch`` running requests of
+    ``rounds`` decode rounds each. An engine that puts new prompts into the decode step's own
+    batch (PREFILL_IN_DECODE_BATCH) spreads them over the steps it already runs: priced as a
+    chunk of many prompts, each pays its own tokens' work, not a weight read. An engine that
+    runs the waiting prompts as a batch of their own between two decode steps packs only what
+    arrived since the last one: ``batch / rounds`` prompts a round (requests finish apart, their
+    lengths staggered), and a prefill runs as soon as one waits, so it packs the mean of a
+    Poisson count given at least one: a lone prompt at low arrival rates, whose forward reads
+    every weight the way a whole chunk does."""
+    if engine in C.PREFILL_IN_DECODE_BATCH:
+        return batch
+    arrivals = batch / max(rounds, 1.0)
+    return max(1, round(arrivals / -math.expm1(-arrivals)))
+
+
+def _prefill(s: Setup, input_len: int, packed: int) -> Term:
+    """Time one prompt costs the engine when a prefill forward packs ``packed`` of them (up to
+    the engine's prefill chunk; 64 at most): each prompt pays its share of the chunk's weight
+    reads, and its GEMMs and attention to the prompt so far (half of it, on average). The
+    drafter's own prefill is left out (a small share: a few layers)."""
+    chunk = min(C.CHUNKED_PREFILL_TOKENS, max(input_len, min(packed, 64) * input_len))
+    prompts = max(1, chunk // input_len)  # prompts the chunk holds
     rows = min(chunk, prompts * input_len)
     fwd = target_forward(s.node, s.model, s.lp, prompts, rows // prompts, input_len / 2,
                          use_graph=False, prefill=True)

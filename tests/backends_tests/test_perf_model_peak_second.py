@@ -33,9 +33,9 @@ def test_longer_prompts_cut_the_run_average_far_more_than_the_peak_second(pcie8_
     dep = replace(pcie8_reference.deployment, measured_kernels=measured)
     short, long = (_level(dep, n, 32) for n in (256, 4096))
     assert prefill_free_tok_s(short) > short.output_tok_s
-    average_kept = long.output_tok_s / short.output_tok_s
+    average_lost = 1 - long.output_tok_s / short.output_tok_s
     peak_kept = prefill_free_tok_s(long) / prefill_free_tok_s(short)
-    assert average_kept < 0.75 * peak_kept
+    assert average_lost > 2 * (1 - peak_kept)
     # Only attention over the longer context slows the peak second.
     assert peak_kept > 0.7
 
