@@ -3,8 +3,10 @@
 An observation is one published or measured number of one configuration: output tok/s at a
 level (or the best over the workload's levels, ``peak``), a load test's peak one-second output
 (``peak_output_tok_s``), a speedup over a baseline configuration, or a latency. The fit
-minimises the squared log error of the fitted metrics (throughput and speedups); latencies are
-compared, not fitted. Two fits share this module:
+minimises the squared log error of the fitted metrics: throughput, speedups and median TTFTs
+(a TTFT times one prompt's prefill, which no throughput isolates); a TPOT is the decode side of
+a throughput already fitted, so it is compared, not fitted, and so is any observation that says
+why it is compared (``Observation.compared``). Two fits share this module:
 ``fit`` (one node, a coordinate search the launch-aware screen runs every round) and the
 bounded global fit of ``backends.perf_model.global_fit`` over many nodes.
 """
@@ -25,8 +27,10 @@ SPEEDUP = "speedup"
 # output tokens any one second of the run held. A saturated closed loop reaches it in a second in
 # which no prompt is prefilled, so it is the running batch's decode rate, not the run's average.
 PEAK_SECOND = "peak_output_tok_s"
-FITTED_METRICS = ("output_tok_s", PEAK_SECOND, SPEEDUP)
-METRICS = (*FITTED_METRICS, "tpot_p50_ms", "ttft_p50_ms")
+THROUGHPUT_METRICS = ("output_tok_s", PEAK_SECOND, SPEEDUP)
+TTFT = "ttft_p50_ms"
+FITTED_METRICS = (*THROUGHPUT_METRICS, TTFT)
+METRICS = (*FITTED_METRICS, "tpot_p50_ms")
 
 
 @dataclass(slots=True, frozen=True)
@@ -37,10 +41,13 @@ class Observation:
     value: float  # of ``metric``
     metric: str = "output_tok_s"
     baseline: LaunchParams | None = None  # a speedup's denominator, at the same level
+    # Why this observation is compared but not fitted (empty: its metric decides), e.g. a
+    # saturated run's TTFT, which times the benchmark's queue rather than a prefill.
+    compared: str = ""
 
     @property
     def fitted(self) -> bool:
-        return self.metric in FITTED_METRICS
+        return self.metric in FITTED_METRICS and not self.compared
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,6 +56,7 @@ class Comparison:
     observed: float
     predicted: float
     metric: str = "output_tok_s"
+    compared: bool = False  # the observation said why it is compared only
 
     @property
     def ratio(self) -> float:
@@ -56,7 +64,7 @@ class Comparison:
 
     @property
     def fitted(self) -> bool:
-        return self.metric in FITTED_METRICS
+        return self.metric in FITTED_METRICS and not self.compared
 
 
 # Builds a backend for some constants and returns the predicted metric for one observation.
@@ -65,7 +73,7 @@ Predictor = Callable[[Efficiency, Observation, Workload], float]
 
 def compare(predict: Predictor, eff: Efficiency, observations: Sequence[Observation],
             workload: Workload) -> list[Comparison]:
-    return [Comparison(o.name, o.value, predict(eff, o, workload), o.metric)
+    return [Comparison(o.name, o.value, predict(eff, o, workload), o.metric, bool(o.compared))
             for o in observations]
 
 

@@ -43,6 +43,9 @@ CHUNKED_PREFILL_TOKENS = 8192  # engines' default prefill chunk; sizes the activ
 # --enable-mixed-chunk, its default) and our own engine run the prompts waiting as a prefill
 # batch of their own between two decode steps, which the whole running batch waits for.
 PREFILL_IN_DECODE_BATCH = frozenset({"vllm"})
+# Engines whose forward is torch.compile'd whole (vLLM): no Python runs layer by layer, so an
+# eager prefill pays no per-layer host work beyond its launches (``prefill_moe_host_us``).
+COMPILED_FORWARD = frozenset({"vllm"})
 # Rows at which a tensor-core GEMM reaches half its large-shape efficiency: below a 128-row tile
 # the tile is mostly padding, and few tiles cannot fill every SM (wave quantisation). The
 # saturating form rows / (rows + GEMM_HALF_ROWS) is the simplest curve with both limits.
@@ -50,7 +53,7 @@ GEMM_HALF_ROWS = 64
 
 # Constants whose physical value may be 0 (work some engines do not do at all).
 _MAY_BE_ZERO = frozenset({"spec_round_us", "spec_request_us", "kernel_fixed_us",
-                          "ep_dispatch_us"})
+                          "ep_dispatch_us", "prefill_moe_host_us"})
 
 # Physical bounds of each fitted constant (the fit may not leave them).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -75,6 +78,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     # A kernel table times the grouped GEMMs alone; the user's node runs EP8 at one request a
     # third slower than TP8 (66 vs 97.9 tok/s) on the same bytes. Up to 200 us a layer.
     "ep_dispatch_us": (0.0, 200.0),
+    # Host work of an eager prefill per MoE layer beyond its launches (the routing's and the
+    # experts' Python, their synchronisations). SGLang's one-request TTFTs of MLA + MoE models
+    # stay ~130-200 ms from 128 to 4,096 prompt tokens, several times their kernels' time: such
+    # a prefill is host-bound. Up to 5 ms a layer.
+    "prefill_moe_host_us": (0.0, 5000.0),
 }
 
 
@@ -109,6 +117,10 @@ class Efficiency:
     # GPU time of expert parallelism outside the MoE kernel, per MoE layer and step when
     # ep_size > 1 (us).
     ep_dispatch_us: float = 0.0
+    # Host time an eager prefill spends per MoE layer beyond its launches (us). It overlaps the
+    # prefill's GPU time, so it shows where prompts are short and the GPU is fast. The engine's
+    # code decides it, so it is fitted per engine family; identified by median TTFTs.
+    prefill_moe_host_us: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -171,7 +183,8 @@ def fit_classes(memory: str, interconnect: str, engine: str) -> dict[str, str]:
     return {"bandwidth_efficiency": memory, "collective_latency_us": _link_family(interconnect),
             "launch_overhead_us": host, "matmul_fixed_us": compute,
             "compute_efficiency": compute, "spec_round_us": family, "spec_request_us": family,
-            "kernel_fixed_us": family, "ep_dispatch_us": family}
+            "kernel_fixed_us": family, "ep_dispatch_us": family,
+            "prefill_moe_host_us": family}
 
 
 def engine_family(engine: str) -> str:

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.perf_model.catalog import load_hardware
-from backends.perf_model.constants import Efficiency, bounds
+from backends.perf_model.constants import COMPILED_FORWARD, Efficiency, bounds
 from backends.perf_model.calibrate import Comparison, compare
 from backends.perf_model.references import Reference, model_predictor
 
 # us added before taking the log of a constant that may be 0 (the per-round cost), so that the
 # log stays finite and 0 stays reachable.
 _SHIFT = {"spec_round_us": 20.0, "spec_request_us": 2.0, "kernel_fixed_us": 0.5,
-          "ep_dispatch_us": 2.0}
+          "ep_dispatch_us": 2.0, "prefill_moe_host_us": 50.0}
 PRIOR_WEIGHT = 0.05  # a prior residual of log(2) costs like a 3.5% miss on one observation
 NOISE_FLOOR = 0.05  # relative error assumed of a published number, for the standard errors
 WEAK_SE = 0.35  # a log standard error above this (about +-40%) is "not identified"
@@ -119,6 +119,8 @@ def constants_of(sources: Sequence[Reference]) -> list[Constant]:
                 continue
             if name == "ep_dispatch_us" and not any(o.launch.ep_size > 1
                                                    for o in src.observations):
+                continue
+            if name == "prefill_moe_host_us" and src.deployment.engine in COMPILED_FORWARD:
                 continue
             c = Constant(name, klass)
             seen.setdefault(c.key, c)

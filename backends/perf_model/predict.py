@@ -152,14 +152,21 @@ def prompts_packed(engine: str, batch: int, rounds: float) -> int:
 def _prefill(s: Setup, input_len: int, packed: int) -> Term:
     """Time one prompt costs the engine when a prefill forward packs ``packed`` of them (up to
     the engine's prefill chunk; 64 at most): each prompt pays its share of the chunk's weight
-    reads, and its GEMMs and attention to the prompt so far (half of it, on average). The
-    drafter's own prefill is left out (a small share: a few layers)."""
+    reads, and its GEMMs and attention to the prompt so far (half of it, on average). The host
+    runs the forward eagerly: its launches and, per MoE layer, the work beyond them
+    (``prefill_moe_host_us``), overlapping the GPU's time. The drafter's own prefill is left
+    out (a small share: a few layers)."""
     chunk = min(C.CHUNKED_PREFILL_TOKENS, max(input_len, min(packed, 64) * input_len))
     prompts = max(1, chunk // input_len)  # prompts the chunk holds
     rows = min(chunk, prompts * input_len)
     fwd = target_forward(s.node, s.model, s.lp, prompts, rows // prompts, input_len / 2,
                          use_graph=False, prefill=True)
     overlapped = s.node.hw.host_overlaps_device
-    per_chunk = max(fwd.device, fwd.host) if overlapped else fwd.device + fwd.host
+    host = fwd.host
+    if s.engine not in C.COMPILED_FORWARD:
+        host += s.node.eff.prefill_moe_host_us / 1e3 * s.model.num_moe_layers
+    # As in a decode step: the host runs ahead of the GPU, but never all of its time hides.
+    exposed = max(C.EXPOSED_HOST_FLOOR * host, host - fwd.device) if overlapped else host
+    per_chunk = fwd.device + exposed
     ms = per_chunk / prompts * max(1.0, input_len / C.CHUNKED_PREFILL_TOKENS)
     return Term(ms, total(fwd.terms.values()).source)

@@ -157,7 +157,8 @@ def _observation(o: Any, defaults: dict[str, Any], workload: Workload) -> Observ
     baseline = None
     if metric == SPEEDUP:
         baseline = LaunchParams.from_params({**defaults, **(o.get("baseline") or {})})
-    return Observation(o["name"], params, o["at"], float(value), metric, baseline)
+    return Observation(o["name"], params, o["at"], float(value), metric, baseline,
+                       str(o.get("compared", "")).strip())
 
 
 def model_predictor(deployment: Deployment) -> Predictor:

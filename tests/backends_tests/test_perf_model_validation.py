@@ -8,7 +8,7 @@ import yaml
 
 from backends.perf_model.acceptance import chain_acceptance, profile_for_length
 from backends.perf_model.backend import PerfModelBackend
-from backends.perf_model.calibrate import compare
+from backends.perf_model.calibrate import TTFT, compare
 from backends.perf_model.memory import kv_capacity_tokens
 from backends.perf_model.references import model_predictor
 from backends.perf_model.shipped import default_efficiency
@@ -40,11 +40,35 @@ def test_validation_covers_the_named_sources_and_three_more():
 def test_compared_only_sources_state_why_and_stay_out_of_every_fit():
     sources = validation_sources()
     compared_only = [s for s in sources if s.not_fitted]
-    assert compared_only, "the Kimi-K2.5 cookbook source is compared, never fitted"
+    assert compared_only, "the Kimi-K2.5 cookbook's loaded cells are compared, never fitted"
     assert all(len(s.not_fitted.split()) >= 5 for s in compared_only), "a reason, not a flag"
     fitted = fitted_sources(sources)
     assert not {s.name for s in fitted} & {s.name for s in compared_only}
     assert len(fitted) + len(compared_only) == len(sources)
+
+
+def test_kimi_k25s_loaded_cells_are_compared_and_left_out_with_its_fitted_cell():
+    sources = {s.name: s for s in validation_sources()}
+    one = sources["sglang_cookbook_kimi_k25_h200"]
+    loaded = sources["sglang_cookbook_kimi_k25_h200_loaded"]
+    assert not one.not_fitted and loaded.not_fitted
+    assert one.source_group == loaded.source_group
+
+
+def test_one_request_ttfts_are_fitted_and_a_saturated_runs_queue_is_compared():
+    """A median TTFT where every request has a slot times a prefill: fitted (it identifies the
+    prefill's cost). A saturated run's TTFT is its queue: the observation says so and stays out
+    of the fit. A TPOT is the decode side of a fitted throughput: never fitted."""
+    deepseek = load_reference(str(VALIDATION_DIR / "sglang_cookbook_deepseek_r1_b200.yaml"))
+    ttfts = [o for o in deepseek.observations if o.metric == TTFT]
+    assert ttfts and all(o.fitted for o in ttfts)
+    assert not any(o.fitted for o in deepseek.observations if o.metric == "tpot_p50_ms")
+    kimi = load_reference(str(VALIDATION_DIR / "vllm_recipe_kimi_k2_thinking_h200.yaml"))
+    [queue] = [o for o in kimi.observations if o.metric == TTFT]
+    assert not queue.fitted and "queue" in queue.compared
+    rows = compare(model_predictor(kimi.deployment), default_efficiency("h200-sxm", "vllm"),
+                   [queue], kimi.workload)
+    assert not rows[0].fitted
 
 
 def test_kimi_recipe_kv_capacity_is_what_vllm_logged():
