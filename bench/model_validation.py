@@ -6,10 +6,10 @@ predicted three ways: with the constants fitted on all sources (in-sample), with
 fitted on all the *other* sources (leave-one-source-out, the honest score), and with the
 pre-issue-15 shipped constants. A source marked compared-only (``source.not_fitted``, with the
 reason) is in no fit and is scored under the all-sources fit; its points still count in the
-checks. Checks: every published throughput / speedup within 25%
-leave-one-source-out, every fitted median TTFT likewise, no fitted constant on a bound, the DFlash speedup's fall with concurrency
-reproduced (at least two thirds of it), and the user node's orders (graphs vs eager, EP vs TP,
-DFlash vs plain). Exit 0 when every check passes, 1 otherwise.
+checks. Checks: every published throughput / speedup within 25% leave-one-source-out, every
+fitted median TTFT likewise, no fitted constant on a bound, the DFlash speedup's fall with
+concurrency reproduced (at least two thirds of it), and the user node's orders (graphs vs eager,
+EP vs TP, DFlash vs plain). Exit 0 when every check passes, 1 otherwise.
 
     python bench/model_validation.py [--starts 4] [--json OUT] [--write] [--measured-kernels]
 
