@@ -67,15 +67,19 @@ def step_terms(s: Setup, batch: int, context: float) -> dict[str, Term]:
         # concurrency 1 are far slower than their kernels alone.
         eff = s.node.eff
         parts["spec_round"] = fitted((eff.spec_round_us + batch * eff.spec_request_us) / 1e3)
-    # Launches are asynchronous: the host runs ahead of the GPU until the step's one sync, so
-    # only host time beyond the device time shows up in the step. A CPU host runs the kernels
-    # it dispatches, so all of its dispatch time adds to theirs.
-    if s.node.hw.host_overlaps_device:
-        device = sum(t.ms for t in parts.values())
-        parts["host_exposed"] = fitted(max(C.EXPOSED_HOST_FLOOR * host, host - device))
-    else:
-        parts["host_exposed"] = fitted(host)
+    device = sum(t.ms for t in parts.values())
+    parts["host_exposed"] = fitted(_exposed_host(s, host, device))
     return parts
+
+
+def _exposed_host(s: Setup, host: float, device: float) -> float:
+    """The share of a forward's host time (ms) that adds to its device time. Launches are
+    asynchronous: the host runs ahead of the GPU until the one sync, so only host time beyond
+    the device time shows, and never less than EXPOSED_HOST_FLOOR of it. A CPU host runs the
+    kernels it dispatches, so all of its dispatch time adds to theirs."""
+    if not s.node.hw.host_overlaps_device:
+        return host
+    return max(C.EXPOSED_HOST_FLOOR * host, host - device)
 
 
 def step_breakdown(s: Setup, batch: int, context: float) -> dict[str, float]:
@@ -161,12 +165,9 @@ def _prefill(s: Setup, input_len: int, packed: int) -> Term:
     rows = min(chunk, prompts * input_len)
     fwd = target_forward(s.node, s.model, s.lp, prompts, rows // prompts, input_len / 2,
                          use_graph=False, prefill=True)
-    overlapped = s.node.hw.host_overlaps_device
     host = fwd.host
     if s.engine not in C.COMPILED_FORWARD:
         host += s.node.eff.prefill_moe_host_us / 1e3 * s.model.num_moe_layers
-    # As in a decode step: the host runs ahead of the GPU, but never all of its time hides.
-    exposed = max(C.EXPOSED_HOST_FLOOR * host, host - fwd.device) if overlapped else host
-    per_chunk = fwd.device + exposed
+    per_chunk = fwd.device + _exposed_host(s, host, fwd.device)
     ms = per_chunk / prompts * max(1.0, input_len / C.CHUNKED_PREFILL_TOKENS)
     return Term(ms, total(fwd.terms.values()).source)
