@@ -153,6 +153,14 @@ class ModelArch:
         return self.num_layers * attn + self.num_dense_layers * mlp + self.num_moe_layers * moe
 
     @property
+    def eager_launches(self) -> int:
+        """Kernels one forward launches, its collectives aside: every GEMM (an absorbed MLA
+        ``kv_b`` runs as the two batched GEMMs counted among the small kernels), the two grouped
+        expert GEMMs of each MoE layer, and the small kernels."""
+        gemms = sum(x.per_forward for x in self.linears if not x.heads)
+        return gemms + 2 * self.num_moe_layers + self.small_kernels
+
+    @property
     def moe_hidden(self) -> int:
         """The width a routed expert's input and output have (the MoE tables' hidden size)."""
         return self.expert_hidden or self.hidden
@@ -198,6 +206,11 @@ class DrafterArch:
     def small_kernels(self) -> int:
         """Qwen3-style bf16 layers: GQA attention and a dense MLP (constants.SMALL_KERNELS)."""
         return self.num_layers * (SMALL_KERNELS["gqa"] + SMALL_KERNELS["dense_mlp"])
+
+    @property
+    def eager_launches(self) -> int:
+        """Kernels one drafter pass launches, its collectives and the shared LM head aside."""
+        return sum(x.per_forward for x in self.linears) + self.small_kernels
 
 
 @cache

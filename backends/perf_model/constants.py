@@ -17,8 +17,10 @@ from dataclasses import replace
 from backends.errors import UserError
 
 # Fixed assumptions (not fitted).
-KERNELS_PER_LAYER = 15  # eager launches per transformer layer (norms, GEMMs, attention, collectives)
-KERNELS_PER_FORWARD = 20  # embedding, LM head, sampling, metadata copies
+# An eager forward launches every kernel it prices (ModelArch.eager_launches: its GEMMs, grouped
+# expert GEMMs and small kernels, and its collectives) and these besides: embedding, sampling,
+# metadata copies.
+KERNELS_PER_FORWARD = 20
 TREE_BUILD_KERNELS = 30  # DDTree on-device best-first build
 # A graph replay still costs the scheduler's per-step Python (batch metadata, sampling, output
 # bookkeeping), which engines' profiles show as ~0.5-1 ms a step: 16 eager-launch units.

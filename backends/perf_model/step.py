@@ -112,7 +112,7 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
         collectives |= context_parallel_collectives(m, heads, dcp, tokens)
     comm = _comm(node, collectives, lp, use_graph, imbalance)
     dispatch = fitted(m.num_moe_layers * node.eff.ep_dispatch_us / 1e3 if ep > 1 else 0.0)
-    launches = m.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
+    launches = m.eager_launches + _collective_launches(collectives) + C.KERNELS_PER_FORWARD
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
     return Forward(gemm, moe, attention, comm, fitted(node.kernels_ms(m.small_kernels)),
                    dispatch, host, linear)
@@ -146,14 +146,20 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
                                      rows, context))
     hidden = Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce")
     logits = Collectives(1, rows * m.vocab * BF16_BYTES, "all_gather")
-    comm = _comm(node, {"hidden": hidden, "logits": logits}, lp, use_graph, 1.0)
-    launches = d.num_layers * C.KERNELS_PER_LAYER + C.KERNELS_PER_FORWARD
+    collectives = {"hidden": hidden, "logits": logits}
+    comm = _comm(node, collectives, lp, use_graph, 1.0)
+    launches = (d.eager_launches + (_collective_launches(collectives) if tp > 1 else 0)
+                + C.KERNELS_PER_FORWARD)
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
     none = fitted(0.0)
     return Forward(gemm, none, attention, comm, fitted(node.kernels_ms(d.small_kernels)), none,
                    host)
+
+
+def _collective_launches(collectives: dict[str, Collectives]) -> int:
+    return sum(c.count for c in collectives.values())
 
 
 def _linear_attention(node: Node, m: ModelArch, lp: LaunchParams, batch: int, tokens: int,

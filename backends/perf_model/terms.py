@@ -127,10 +127,18 @@ def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_di
     (queries x heads rows against one read of the cache), so ``queries`` tokens of ``heads``
     heads are looked up as one token of ``queries x heads`` heads. Each query also sees the
     step's new positions (the tree or causal mask hides some, the kernel reads them all), so
-    the cache read is ``context + queries`` long."""
-    t, kv_len = node.kernels, context + queries
-    ms = t and (t.mla_generation_ms(batch, heads * queries, kv_len) if kv_heads == 0 else
-                t.attention_generation_ms(batch, heads * queries, kv_heads, head_dim, kv_len))
+    the cache read is ``context + queries`` long. GQA query heads past the widest timed cost
+    the table's widest time or their FLOPs at the compute rate, whichever is more (a tile per
+    KV head reads its cache once, however many query heads it folds); MLA's heads are tiled
+    in fixed groups that each read the latent, so its time grows with them."""
+    t, kv_len, rows = node.kernels, context + queries, heads * queries
+    if t is None:
+        return roofline
+    if kv_heads == 0:
+        return _per_layer(t.mla_generation_ms(batch, rows, kv_len), layers, roofline)
+    ms = t.attention_generation_ms(batch, rows, kv_heads, head_dim, kv_len)
+    if ms is not None:  # QK and PV: 2 FLOPs a multiply-add, 2 products a cached position
+        ms = max(ms, node.compute_ms(4.0 * batch * rows * kv_len * head_dim, math.inf))
     return _per_layer(ms, layers, roofline)
 
 

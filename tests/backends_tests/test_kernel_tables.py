@@ -3,6 +3,8 @@ the real tables of the RTX PRO 6000 server node and of an NVLink GPU, never a ma
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -10,6 +12,9 @@ import pytest
 from backends.perf_model.kernels.grid import Grid
 from backends.perf_model.kernels.tables import KernelTables, table_path, tables_for
 from backends.perf_model.catalog import load_hardware
+from backends.perf_model.constants import Efficiency
+from backends.perf_model.step import Node
+from backends.perf_model.terms import ROOFLINE, Term, decode_attention
 
 PCIE = KernelTables("rtx_pro_6000_server", "sglang")
 NVLINK = KernelTables("h200_sxm", "sglang")
@@ -98,6 +103,23 @@ def test_grid_holds_below_the_first_point_and_scales_past_the_last():
     grid = Grid.from_rows(np.array([[2.0], [4.0]]), np.array([1.0, 2.0]))
     assert grid.at((1,)) == pytest.approx(1.0)
     assert grid.at((8,)) == pytest.approx(4.0)
+    assert grid.at((8,), held=(0,)) == pytest.approx(2.0)  # a held axis keeps its last value
+
+
+def test_gqa_query_heads_past_the_widest_timed_add_flops_not_cache_reads():
+    # A 16-token verify of Qwen3-8B's 32 heads is 512 query rows over 8 KV heads; B200's
+    # SGLang table times up to 128 heads a rank.
+    b200 = KernelTables("b200_sxm", "sglang")
+    node = Node(load_hardware("b200-sxm"), Efficiency(), b200)
+    widest = b200.attention_generation_ms(1, 128, 8, 128, 316)
+    assert b200.attention_generation_ms(1, 512, 8, 128, 316) == pytest.approx(widest)
+    short = decode_attention(node, 36, 32, 8, 128, 1, 16, 300, Term(0.0, ROOFLINE))
+    assert short.ms == pytest.approx(36 * widest)  # short context: the widest timed kernel
+    # a window of 256 queries (8,192 rows): their FLOPs at the compute rate are the bound
+    flops = 4.0 * 8 * 8192 * (4096 + 256) * 128
+    wide = decode_attention(node, 36, 32, 8, 128, 8, 256, 4096, Term(0.0, ROOFLINE))
+    assert wide.ms == pytest.approx(36 * node.compute_ms(flops, math.inf))
+    assert wide.ms > 36 * b200.attention_generation_ms(8, 128, 8, 128, 4352)
 
 
 # --- the model on the tables -----------------------------------------------------------------

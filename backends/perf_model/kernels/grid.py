@@ -3,9 +3,10 @@
 A kernel table times one kernel at grid points (``m`` rows x ``n`` x ``k``, or tokens, or
 message sizes). Between points the latency is interpolated linearly on each axis; past the last
 point of an axis whose work grows in proportion to it (rows, bytes, context), it is scaled in
-proportion from the last point; below the first point it is held at the first point's value (a
-kernel of fewer rows costs no less than the smallest one timed). Grid points the table lacks
-are skipped and the other corners' weights renormalised.
+proportion from the last point (an axis the caller names as ``held`` keeps the last point's
+value instead); below the first point it is held at the first point's value (a kernel of fewer
+rows costs no less than the smallest one timed). Grid points the table lacks are skipped and
+the other corners' weights renormalised.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ class Grid:
         with np.errstate(invalid="ignore"):
             return cls(axes, total / np.where(count > 0, count, np.nan))
 
-    def at(self, point: tuple[float, ...]) -> float | None:
+    def at(self, point: tuple[float, ...], held: tuple[int, ...] = ()) -> float | None:
         """The interpolated latency (ms) at ``point``, or None if no corner around it was
-        measured."""
-        brackets = [_bracket(axis, float(x)) for axis, x in zip(self.axes, point)]
+        measured. ``held``: indices of axes whose last point holds past it."""
+        brackets = [_bracket(axis, float(x), i not in held)
+                    for i, (axis, x) in enumerate(zip(self.axes, point))]
         value, weight = 0.0, 0.0
         for corner in np.ndindex(*(2,) * len(self.axes)):
             w, index = 1.0, []
@@ -53,13 +55,13 @@ class Grid:
         return float(value / weight * scale)
 
 
-def _bracket(axis: np.ndarray, x: float) -> tuple[int, int, float, float]:
+def _bracket(axis: np.ndarray, x: float, scaled: bool = True) -> tuple[int, int, float, float]:
     """(lower index, upper index, weight of the upper, scale beyond the last point)."""
     last = len(axis) - 1
     if x <= axis[0]:
         return 0, 0, 0.0, 1.0
     if x >= axis[last]:
-        return last, last, 0.0, x / float(axis[last])
+        return last, last, 0.0, x / float(axis[last]) if scaled else 1.0
     hi = int(np.searchsorted(axis, x))
     lo = hi - 1
     return lo, hi, (x - axis[lo]) / float(axis[hi] - axis[lo]), 1.0

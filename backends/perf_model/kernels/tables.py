@@ -80,12 +80,13 @@ class KernelTables:
     engine: str
 
     def _at(self, family: str, file: str, where: dict[str, object], axes: tuple[str, ...],
-            point: tuple[float, ...], engine: str | None = None) -> float | None:
+            point: tuple[float, ...], engine: str | None = None,
+            held: tuple[int, ...] = ()) -> float | None:
         path = table_path(self.system, family, engine or self.engine, file)
         if path is None:
             return None
         grid = _grid(path, tuple(sorted(where.items())), axes)
-        return grid.at(point) if grid is not None else None
+        return grid.at(point, held) if grid is not None else None
 
     def gemm_ms(self, m: int, n: int, k: int, dtype: str) -> float | None:
         """One ``m x k`` by ``k x n`` GEMM (dtype: bfloat16, fp8, fp8_block, nvfp4)."""
@@ -162,11 +163,14 @@ class KernelTables:
     def attention_generation_ms(self, batch: int, heads: int, kv_heads: int, head_dim: int,
                                 context: float) -> float | None:
         """GQA decode attention of one layer on one rank: ``batch`` single-token queries of
-        ``heads`` heads over ``kv_heads`` KV heads, ``context`` cached bf16 tokens each."""
+        ``heads`` heads over ``kv_heads`` KV heads, ``context`` cached bf16 tokens each. Query
+        heads past the widest timed hold its time: the kernel folds a KV head's query heads
+        into the rows of one tile that reads that head's cache once, so more of them add
+        FLOPs (the caller's to bound), not reads."""
         where = {"head_dim": head_dim, "num_key_value_heads": kv_heads,
                  "kv_cache_dtype": "bfloat16", "window_size": 0}
         return self._at("attention", "generation_attention_perf.parquet", where,
-                        ("num_heads", "batch_size", "step"), (heads, batch, context))
+                        ("num_heads", "batch_size", "step"), (heads, batch, context), held=(0,))
 
     def collective_ms(self, op: str, elements: float, gpus: int) -> float | None:
         """NCCL ``op`` (all_reduce, all_gather, reduce_scatter, alltoall) of ``elements``
