@@ -144,12 +144,12 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
         context, _attention_roofline(node, d.num_layers, d.kv_bytes_per_token_layer,
                                      d.kv_heads, d.attn_flops_per_token_ctx_layer, lp, batch,
                                      rows, context))
-    hidden = Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce")
-    logits = Collectives(1, rows * m.vocab * BF16_BYTES, "all_gather")
-    collectives = {"hidden": hidden, "logits": logits}
+    # Tensor parallelism only: an all-reduce after attention and after the MLP, the logit gather.
+    collectives = {} if tp <= 1 else {
+        "hidden": Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce"),
+        "logits": Collectives(1, rows * m.vocab * BF16_BYTES, "all_gather")}
     comm = _comm(node, collectives, lp, use_graph, 1.0)
-    launches = (d.eager_launches + (_collective_launches(collectives) if tp > 1 else 0)
-                + C.KERNELS_PER_FORWARD)
+    launches = d.eager_launches + _collective_launches(collectives) + C.KERNELS_PER_FORWARD
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
