@@ -311,6 +311,11 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
              engine: Annotated[EstimateEngine, typer.Option(
                  help="The serving engine whose measured kernels and constants price the "
                       "step.")] = EstimateEngine.sglang,
+             engine_version: Annotated[str | None, typer.Option(
+                 help="The engine's release (default: the pinned one, as `best` prints its "
+                      "flags for). SGLang from 0.5.14 prepares a DFlash round while the GPU "
+                      "runs the previous one; 0.5.11-0.5.13 and DDTree run rounds serially.",
+                 show_default=False)] = None,
              measured_kernels: Annotated[bool | None, typer.Option(
                  help="Price GEMMs, experts, attention and collectives from the GPU's measured "
                       "kernel tables (AIConfigurator's silicon data) instead of the fitted "
@@ -327,7 +332,8 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
 
     levels = tuple(sorted({_level(c) for c in concurrency.split(",") if c.strip()}))
     req = EstimateRequest(gpu, gpus, model, acceptance_length, drafter_layers, input_len,
-                          output_len, levels, launch, engine.value, measured_kernels)
+                          output_len, levels, launch, engine.value, measured_kernels,
+                          engine_version)
     rows = run_estimate(req)
     if fmt is TableOrJson.json:
         show(req, rows)

@@ -41,6 +41,7 @@ class EstimateRequest:
     engine: str = "sglang"  # whose kernel tables and fitted constants price the step
     # Kernel tables instead of the fitted roofline; None: wherever the GPU has them.
     measured_kernels: bool | None = None
+    engine_version: str | None = None  # None: the engine's pinned release
 
     @property
     def measured(self) -> bool:
@@ -68,7 +69,8 @@ class EstimateRequest:
                                   target_layers=tuple(range(self.drafter_layers)),
                                   acceptance=profile.top1)
         return Deployment(gpu=self.gpu, gpus=self.gpus, model=self.model, drafter=drafter,
-                          engine=self.engine, measured_kernels=self.measured,
+                          engine=self.engine, engine_version=self.engine_version,
+                          measured_kernels=self.measured,
                           target=LaunchTarget(model_path="/models/target",
                                               drafter_path="/models/drafter"))
 

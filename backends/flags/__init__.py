@@ -17,6 +17,7 @@ from backends.flags._render import is_experimental
 from backends.flags._render import render_command
 from backends.flags._render import render_env
 from backends.flags._render import render_shell
+from backends.flags._render import rounds_overlapped
 
 __all__ = [
     "DEFAULT_VERSIONS",
@@ -30,4 +31,5 @@ __all__ = [
     "render_command",
     "render_env",
     "render_shell",
+    "rounds_overlapped",
 ]

@@ -21,6 +21,11 @@ from backends.launch_params import InvalidParams
 from backends.launch_params import LaunchParams
 
 
+# A release whose scheduler prepares a DFlash round on the host while the GPU runs the previous
+# one (SGLang's overlap scheduler with its spec-v2 DFlash worker) has this table feature.
+OVERLAPPED_DFLASH_ROUNDS = "overlapped_dflash_rounds"
+
+
 class UnsupportedParams(InvalidParams):
     """A valid configuration that this engine (at this version) cannot express."""
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from backends.errors import UserError
 from backends.flags import dflash, sglang, vllm
-from backends.flags._dialect import EngineDialect, LaunchTarget
+from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS, EngineDialect, LaunchTarget
 from backends.launch_params import LaunchParams
 
 _DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT,
@@ -57,6 +57,17 @@ def render_env(engine: str, params: LaunchParams, version: str | None = None,
     dialect = _dialect(engine)
     needed = dialect.env(params, dialect.table(_version(dialect, version)))
     return {**needed, **dict(target.env if target else ())}
+
+
+def rounds_overlapped(engine: str, params: LaunchParams, version: str | None = None) -> bool:
+    """Whether ``engine`` at ``version`` (default pinned) prepares each speculative round of
+    ``params`` on the host while the GPU runs the previous one, so the round's scheduling and
+    bookkeeping hide behind the GPU's time instead of adding to it. Only DFlash rounds, and only
+    in releases whose table has the feature (SGLang from 0.5.14)."""
+    if params.speculative_algorithm != "dflash":
+        return False
+    dialect = _dialect(engine)
+    return OVERLAPPED_DFLASH_ROUNDS in dialect.table(_version(dialect, version)).features
 
 
 def is_experimental(engine: str, params: LaunchParams) -> bool:

@@ -21,6 +21,7 @@ from backends.flags._dialect import Argv
 from backends.flags._dialect import EngineDialect
 from backends.flags._dialect import FlagTable
 from backends.flags._dialect import LaunchTarget
+from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import fraction
 from backends.flags._dialect import nccl_env
@@ -81,15 +82,21 @@ _NOT_SGLANG = {
                       "cuda_graph_bs",
 }
 
+# 0.5.11-0.5.13 run DFLASH on the spec-v1 worker, which forces the overlap scheduler off: each
+# round's scheduling waits for the GPU. 0.5.14 brought the spec-v2 worker (PR #23000), on by
+# default, which prepares the next round while the GPU runs this one. The DDTree branch (PR
+# #29907) forces the overlap off again.
+_OVERLAPPED = frozenset({OVERLAPPED_DFLASH_ROUNDS})
+
 TABLES = (
     FlagTable(VersionRange("0.5.11", "0.5.13"),
               {**_COMMON, **_GRAPHS_UNTIL_0_5_13, **_ATTN_DP_UNTIL_0_5_21}),
     FlagTable(VersionRange("0.5.14", "0.5.21"),
-              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_UNTIL_0_5_21}),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_UNTIL_0_5_21}, _OVERLAPPED),
     FlagTable(VersionRange("0.5.22", "0.5.22"),
-              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}, _OVERLAPPED),
     FlagTable(VersionRange("0.5.23", "0.5.23"),
-              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}),
+              {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_FROM_0_5_22}, _OVERLAPPED),
 )
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 from backends.base import Backend, refusals
 from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
-from backends.flags import render_command, render_env
+from backends.flags import render_command, render_env, rounds_overlapped
 from backends.launch_params import MEASURED_ONLY, InvalidParams, LaunchParams
 from backends.perf_model.acceptance import DrafterProfile, chain_acceptance, tree_acceptance
 from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
@@ -76,8 +76,10 @@ class PerfModelBackend(Backend):
         lp = lp.priced(unpriced_knobs(self.node.kernels is not None))
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
         plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
-        return Setup(self.node, self.deployment.engine, self.model, self.drafter, lp, plan,
-                     self._acceptance(lp), self._acceptance)
+        d = self.deployment
+        return Setup(self.node, d.engine, self.model, self.drafter, lp, plan,
+                     self._acceptance(lp), self._acceptance,
+                     rounds_overlapped(d.engine, lp, d.engine_version))
 
     def _check(self, lp: LaunchParams) -> None:
         d = self.deployment

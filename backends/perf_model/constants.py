@@ -103,9 +103,10 @@ class Efficiency:
     # Achieved / datasheet dense tensor throughput on large GEMMs (small ones get less, see
     # GEMM_HALF_ROWS).
     compute_efficiency: float = 0.7
-    # Fixed serial cost of one speculative round beyond the drafter's and verifier's bytes and
-    # FLOPs: the accept walk, KV commit / rollback, the drafter's own launch sequence and the
-    # extra host-device synchronisation (us, per round, whatever the batch).
+    # Host work of one speculative round beyond the drafter's and verifier's bytes and FLOPs:
+    # the accept walk, KV commit / rollback, the drafter's own launch sequence and the extra
+    # host-device synchronisation (us, per round, whatever the batch). Serial, or hidden behind
+    # the GPU where the engine overlaps rounds (predict._round_work).
     spec_round_us: float = 0.0
     # The part of that work done per running request each round (its accept walk, its KV slots
     # committed or rolled back, its output tokens appended): us per request per round.

@@ -34,6 +34,9 @@ class Setup:
     acceptance: Acceptance | None  # None without speculation
     # The acceptance of other speculation knobs: a round-capped tree's at each batch.
     acceptance_of: Callable[[LaunchParams], Acceptance | None]
+    # The engine prepares each round on the host while the GPU runs the previous one
+    # (flags.rounds_overlapped): the round's own work overlaps the device like its launches.
+    rounds_overlapped: bool
 
     def at_batch(self, batch: int) -> Setup:
         """The setup a step over `batch` running requests runs: a round-capped DDTree's
@@ -62,14 +65,26 @@ def step_terms(s: Setup, batch: int, context: float) -> dict[str, Term]:
                               context, draft_graph, padded if draft_graph else None)
         parts["draft"] = total(draft.terms.values())
         host += draft.host
-        # Serial per-round work no kernel table sees (accept walk, KV commit / rollback, the
-        # drafter's own launch sequence and its extra sync): published DFlash rounds at
-        # concurrency 1 are far slower than their kernels alone.
-        eff = s.node.eff
-        parts["spec_round"] = fitted((eff.spec_round_us + batch * eff.spec_request_us) / 1e3)
     device = sum(t.ms for t in parts.values())
+    if s.acceptance is not None:
+        parts["spec_round"] = fitted(_round_work(s, batch, host, device))
     parts["host_exposed"] = fitted(_exposed_host(s, host, device))
     return parts
+
+
+def _round_work(s: Setup, batch: int, host: float, device: float) -> float:
+    """What a speculative round's own work (ms) adds to its step: the accept walk, KV commit /
+    rollback, the drafter's launch sequence, the scheduler between the round's syncs. No
+    kernel table sees it; published DFlash rounds at concurrency 1 are far slower than their
+    kernels alone. Serial (the host waits for the GPU's result, then works while the GPU
+    idles), it adds whole; where the engine prepares the next round while the GPU runs this
+    one, it is host time beside the launches and shows as they do. Either way a host-bound
+    (eager) round pays it whole: the host cannot hide its own work behind its launches."""
+    eff = s.node.eff
+    work = (eff.spec_round_us + batch * eff.spec_request_us) / 1e3
+    if not s.rounds_overlapped:
+        return work
+    return _exposed_host(s, host + work, device) - _exposed_host(s, host, device)
 
 
 def _exposed_host(s: Setup, host: float, device: float) -> float:

@@ -11,6 +11,7 @@ from backends.flags import UnsupportedParams
 from backends.flags import is_experimental
 from backends.flags import render_command
 from backends.flags import render_env
+from backends.flags import rounds_overlapped
 from backends.launch_params import LaunchParams
 
 KIMI = "/models/Kimi-K2.6"
@@ -270,3 +271,17 @@ def test_post_release_uses_its_base_version_table():
     params = LaunchParams(cuda_graph=False)
     assert (render_command("sglang", params, TARGET, "0.5.12.post1")
             == render_command("sglang", params, TARGET, "0.5.12"))
+
+
+@pytest.mark.parametrize("version, overlapped", [("0.5.11", False), ("0.5.13", False),
+                                                 ("0.5.14", True), ("0.5.23", True),
+                                                 (None, True)])
+def test_dflash_rounds_overlap_the_scheduler_from_the_spec_v2_worker(version, overlapped):
+    dflash = LaunchParams(speculative_algorithm="dflash")
+    assert rounds_overlapped("sglang", dflash, version) is overlapped
+
+
+@pytest.mark.parametrize("engine, algorithm", [("sglang", "ddtree"), ("sglang", "none"),
+                                               ("vllm", "dflash"), ("dflash", "dflash")])
+def test_only_sglang_dflash_rounds_overlap(engine, algorithm):
+    assert not rounds_overlapped(engine, LaunchParams(speculative_algorithm=algorithm))

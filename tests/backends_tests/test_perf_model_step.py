@@ -112,6 +112,40 @@ def test_graphed_step_at_concurrency_1_hides_most_host_time(model_backend):
     assert 2.0 < eager / sum(parts.values()) < 4.0
 
 
+def _round_terms(reference, version, launch_us=25.0, **params):
+    """One DFlash round at one request under SGLang ``version``, 2 ms of round work."""
+    deployment = dataclasses.replace(reference.deployment, engine_version=version)
+    eff = Efficiency(spec_round_us=2000.0, launch_overhead_us=launch_us)
+    backend = PerfModelBackend(deployment, eff)
+    params = {"tp_size": 8, "speculative_algorithm": "dflash", **params}
+    return step_breakdown(_setup(backend, **params), 1, CONTEXT)
+
+
+def test_a_serial_round_adds_its_work_and_an_overlapped_one_hides_it_behind_the_gpu(
+        pcie8_reference):
+    serial = _round_terms(pcie8_reference, "0.5.13")  # spec-v1 worker: overlap forced off
+    overlapped = _round_terms(pcie8_reference, "0.5.14")  # spec-v2 worker
+    assert serial["spec_round"] == pytest.approx(2.0)
+    # graphed, the GPU outlasts the host's launches and work: only the floor (30%) shows
+    assert overlapped["spec_round"] == pytest.approx(0.3 * 2.0)
+    assert serial["spec_round"] - overlapped["spec_round"] == pytest.approx(
+        sum(serial.values()) - sum(overlapped.values()))
+
+
+def test_a_host_bound_round_pays_its_work_whole_overlapped_or_not(pcie8_reference):
+    serial = _round_terms(pcie8_reference, "0.5.13", 50.0, cuda_graph=False)
+    overlapped = _round_terms(pcie8_reference, "0.5.14", 50.0, cuda_graph=False)
+    assert overlapped == pytest.approx(serial)
+    # eager at 50 us a launch: 76 ms of launches (target 71, drafter 5) outlast the GPU's
+    # ~27 ms, and the host's round work comes on top of them
+    assert sum(serial.values()) == pytest.approx(71.0 + 5.0 + 2.0)
+
+
+def test_ddtree_rounds_stay_serial_where_dflash_rounds_overlap(pcie8_reference):
+    tree = _round_terms(pcie8_reference, "0.5.23", speculative_algorithm="ddtree")
+    assert tree["spec_round"] == pytest.approx(2.0)  # the DDTree branch forces the overlap off
+
+
 def test_batch_pads_up_to_the_next_captured_size_and_runs_eagerly_past_the_largest():
     lp = LaunchParams(tp_size=8, cuda_graph_max_bs=32, max_running_requests=64)
     assert lp.capture_batch_sizes == (1, 2, 4, 8, 16, 24, 32)

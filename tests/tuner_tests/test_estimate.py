@@ -59,6 +59,20 @@ def test_estimate_dflash_speedup_is_largest_at_concurrency_1(tmp_path):
     assert all(d["accept_len_mean"] == dflash[0]["accept_len_mean"] for d in dflash)
 
 
+def test_an_engine_release_with_serial_rounds_prices_their_work_whole(tmp_path):
+    """SGLang 0.5.13 runs DFlash rounds on its spec-v1 worker (scheduler waits for the GPU);
+    the pinned release overlaps them, hiding most of the round's own work at one request."""
+    dflash = ("--method", "dflash", "--block-size", "16", "--acceptance-length", "6.5")
+    serial, _ = _levels(tmp_path, *dflash, "--engine-version", "0.5.13")
+    pinned, _ = _levels(tmp_path, *dflash)
+    work = serial[0]["breakdown_ms"]["spec_round"]
+    assert work > 1.0  # the shipped constant: milliseconds a round
+    assert pinned[0]["breakdown_ms"]["spec_round"] == pytest.approx(0.3 * work)
+    assert pinned[0]["output_tok_s"] > 1.1 * serial[0]["output_tok_s"]
+    run = cli(*ARGS, *dflash, "--engine-version", "0.5.9", cwd=tmp_path)
+    assert run.returncode != 0 and "0.5.9 is not supported" in run.stderr
+
+
 def test_estimate_eager_is_slower_than_graphs_at_concurrency_1(tmp_path):
     graphs, _ = _levels(tmp_path)
     eager, _ = _levels(tmp_path, "--no-cuda-graphs")
