@@ -13,18 +13,19 @@ import dflash_core  # noqa: F401  (keeps torch's compile cache out of the tempor
 # --- nothing left in the temporary directory ----------------------------------------------------
 # The run gets a temporary directory of its own (TMPDIR, inherited by every xdist worker, server
 # and rank it starts). Whatever is still in it when the run ends was left there by the code under
-# test, and fails the run. pytest's own tmp_path folders stay where they always are.
+# test, and fails the run. pytest's own tmp_path folders live in it too and go with it (unless
+# the run names its own --basetemp or PYTEST_DEBUG_TEMPROOT), so a run leaves nothing in /tmp.
 
 _PRIVATE_TMP = pytest.StashKey[Path]()
 # Inductor keeps its precompiled C++ headers under the temporary directory whatever
 # TORCHINDUCTOR_CACHE_DIR says: torch's, not ours to move (removed with the rest).
 _TORCH_OWN = "torchinductor_"
+_PYTEST_OWN = "pytest-of-"  # tmp_path's root (pytest's, removed with the rest)
 
 
 def pytest_configure(config):
-    root = os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
     # This process's own multiprocessing folder is removed when it exits, after the check.
-    tempfile.tempdir = root
+    tempfile.tempdir = os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()
     multiprocessing.util.get_temp_dir()
     tempfile.tempdir = None
     if hasattr(config, "workerinput"):  # an xdist worker: the controller set TMPDIR for it
@@ -34,6 +35,8 @@ def pytest_configure(config):
     # postgres) create their folders in it too.
     private.chmod(0o1777)
     os.environ["TMPDIR"] = str(private)
+    # pytest makes its base folder on first use (workers get theirs inside the controller's).
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(private))
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     config.stash[_PRIVATE_TMP] = private
 
@@ -44,7 +47,7 @@ def pytest_sessionfinish(session):
     if private is None:
         return
     left = sorted(path.name for path in private.iterdir()
-                  if not path.name.startswith(_TORCH_OWN))
+                  if not path.name.startswith((_TORCH_OWN, _PYTEST_OWN)))
     shutil.rmtree(private, ignore_errors=True)
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
