@@ -9,6 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VLLM_VENV:-.venv-vllm}
 VERSION=0.32.0
+# Importing vLLM makes torch's inductor folder in the temporary directory: the import checks get
+# a throwaway one, so the script leaves nothing in /tmp.
+probe_tmp=$(mktemp -d)
+trap 'rm -rf "$probe_tmp"' EXIT
+export TMPDIR="$probe_tmp"
 if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "import vllm, transformers" 2>/dev/null; then
     echo "vLLM already in $VENV" >&2
     exit 0
