@@ -49,6 +49,13 @@ class EstimateRequest:
 
         return measured_kernels_for(self.gpu, self.measured_kernels)
 
+    @property
+    def engine_release(self) -> str:
+        """The engine release priced: the one asked for, else the pinned one."""
+        from backends.flags import DEFAULT_VERSIONS
+
+        return self.engine_version or DEFAULT_VERSIONS[self.engine]
+
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)
         if self.gpus % tp:
@@ -94,7 +101,8 @@ def as_json(req: EstimateRequest, rows: Sequence[Measurement]) -> dict:
 
     return {"levels": [_level(m) for m in rows],
             "constants": default_efficiency(req.gpu, req.engine, req.measured).as_dict(),
-            "launch": req.launch().label()}
+            "launch": req.launch().label(), "engine": req.engine,
+            "engine_version": req.engine_release}
 
 
 def _level(m: Measurement) -> dict:
@@ -109,8 +117,8 @@ def show(req: EstimateRequest, rows: Sequence[Measurement], console=render.human
     columns = ["concurrency", "output tok/s", "TPOT ms", "TTFT ms", "accept"]
     table = [(m.concurrency, f"{m.output_tok_s:,.1f}", f"{m.tpot_p50_ms:.2f}",
               f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}") for m in rows]
-    render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}",
-                 columns, table, console=console)
+    render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}, "
+                 f"{req.engine} {req.engine_release}", columns, table, console=console)
     render.note("step breakdown, ms per round (where each time comes from: measured kernel "
                 "tables, roofline, fitted constant; % = share of the hardware's speed of light):",
                 console=console)

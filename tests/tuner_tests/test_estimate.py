@@ -63,8 +63,9 @@ def test_an_engine_release_with_serial_rounds_prices_their_work_whole(tmp_path):
     """SGLang 0.5.13 runs DFlash rounds on its spec-v1 worker (scheduler waits for the GPU);
     the pinned release overlaps them, hiding most of the round's own work at one request."""
     dflash = ("--method", "dflash", "--block-size", "16", "--acceptance-length", "6.5")
-    serial, _ = _levels(tmp_path, *dflash, "--engine-version", "0.5.13")
+    serial, stderr = _levels(tmp_path, *dflash, "--engine-version", "0.5.13")
     pinned, _ = _levels(tmp_path, *dflash)
+    assert "sglang 0.5.13" in " ".join(stderr.split())  # the table says which release it priced
     work = serial[0]["breakdown_ms"]["spec_round"]
     assert work > 1.0  # the shipped constant: milliseconds a round
     assert pinned[0]["breakdown_ms"]["spec_round"] == pytest.approx(0.3 * work)
