@@ -51,10 +51,11 @@ class EstimateRequest:
 
     @property
     def engine_release(self) -> str:
-        """The engine release priced: the one asked for, else the pinned one."""
+        """The engine release priced: the one asked for, else the pinned one (None only)."""
         from backends.flags import DEFAULT_VERSIONS
 
-        return self.engine_version or DEFAULT_VERSIONS[self.engine]
+        version = self.engine_version
+        return DEFAULT_VERSIONS[self.engine] if version is None else version
 
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)
