@@ -13,20 +13,24 @@ from backends.flags._render import ENGINES
 from backends.flags._render import default_port
 from backends.flags._render import engine_label
 from backends.flags._render import experimental_note
+from backends.flags._render import graphed_prefill_tokens
 from backends.flags._render import is_experimental
 from backends.flags._render import render_command
 from backends.flags._render import render_env
 from backends.flags._render import render_shell
 from backends.flags._render import rounds_overlapped
+from backends.flags.sglang_prefill_graphs import PrefillModel
 
 __all__ = [
     "DEFAULT_VERSIONS",
     "ENGINES",
     "LaunchTarget",
+    "PrefillModel",
     "UnsupportedParams",
     "default_port",
     "engine_label",
     "experimental_note",
+    "graphed_prefill_tokens",
     "is_experimental",
     "render_command",
     "render_env",

@@ -116,6 +116,9 @@ class EngineDialect:
     label: Callable[[LaunchParams], str] = LaunchParams.label
     # Said beside a command with DDTree when no release of the engine has it (None: one has).
     ddtree_note: str | None = None
+    # The most tokens a prefill forward holds and still runs as CUDA graphs, for a launch, a
+    # release and a model (None: the engine runs every prefill eagerly, or compiles its forward).
+    graphed_prefill_tokens: Callable[[LaunchParams, str, Any], float] | None = None
 
     def table(self, version: str) -> FlagTable:
         """The table for ``version``; ``ValueError`` listing the supported ranges otherwise."""

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from backends.errors import UserError
 from backends.flags import dflash, sglang, vllm
 from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS, EngineDialect, LaunchTarget
+from backends.flags.sglang_prefill_graphs import PrefillModel
 from backends.launch_params import LaunchParams
 
 _DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT,
@@ -68,6 +69,18 @@ def rounds_overlapped(engine: str, params: LaunchParams, version: str | None = N
         return False
     dialect = _dialect(engine)
     return OVERLAPPED_DFLASH_ROUNDS in dialect.table(_version(dialect, version)).features
+
+
+def graphed_prefill_tokens(engine: str, params: LaunchParams, model: PrefillModel,
+                           version: str | None = None) -> float:
+    """The most tokens a prefill forward of ``model`` holds and still replays as CUDA graphs
+    when ``engine`` at ``version`` (default pinned) serves it with ``params``: 0 where every
+    prefill runs eagerly (SGLang's rules by release: ``sglang_prefill_graphs``; vLLM compiles
+    its whole forward and our engine runs prefills eagerly)."""
+    dialect = _dialect(engine)
+    if dialect.graphed_prefill_tokens is None:
+        return 0
+    return dialect.graphed_prefill_tokens(params, _version(dialect, version), model)
 
 
 def is_experimental(engine: str, params: LaunchParams) -> bool:

@@ -8,8 +8,8 @@ like the parameter it renames. Keys:
   attn_dp_size, enable_dp_lm_head (>= 0.5.22), speculative_algorithm,
   speculative_draft_model_path, speculative_num_draft_tokens, speculative_ddtree_budget,
   disable_custom_all_reduce, mem_fraction_static, max_running_requests, cuda_graph_max_bs,
-  cuda_graph_bs, disable_cuda_graph (<= 0.5.13), cuda_graph_backend_decode,
-  cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
+  cuda_graph_bs, disable_cuda_graph and disable_piecewise_cuda_graph (<= 0.5.13),
+  cuda_graph_backend_decode, cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
 
 DDTree is not in any release; it is rendered with the spelling of the open PR #29907 branch.
 NCCL_PROTO and NCCL_P2P_LEVEL go in the environment (``render_env``).
@@ -28,6 +28,8 @@ from backends.flags._dialect import nccl_env
 from backends.flags._dialect import refuse_knobs
 from backends.flags._dialect import require_drafter
 from backends.flags._versions import VersionRange
+from backends.flags.sglang_prefill_graphs import PrefillModel
+from backends.flags.sglang_prefill_graphs import graphed_prefill_tokens as _release_rules
 from backends.launch_params import LaunchParams
 
 _COMMON = {
@@ -52,7 +54,8 @@ _COMMON = {
 _GRAPHS_UNTIL_0_5_13 = {
     "cuda_graph_max_bs": "--cuda-graph-max-bs",
     "cuda_graph_bs": "--cuda-graph-bs",
-    "disable_cuda_graph": "--disable-cuda-graph",
+    "disable_cuda_graph": "--disable-cuda-graph",  # decode graphs only
+    "disable_piecewise_cuda_graph": "--disable-piecewise-cuda-graph",  # prefill graphs
 }
 # 0.5.14-0.5.19 still accept the old names as aliases, 0.5.20 removed them, and 0.5.23 rejects
 # "--cuda-graph-max-bs" as an ambiguous prefix; the per-phase names work across the whole range.
@@ -200,17 +203,35 @@ def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
     if sizes:
         out.add("cuda_graph_max_bs", max(sizes))
         out.add("cuda_graph_bs", *sizes)
-        if params.speculative and out.has("cuda_graph_backend_prefill"):
-            # SGLang #35437: DFLASH with prefill graphs crashes at capture (breakable) or on the
-            # first request (full) on SM120; decode graphs are unaffected.
+        if prefill_graphs_off(params, out.has("cuda_graph_backend_prefill")):
             out.add("cuda_graph_backend_prefill", "disabled")
     elif out.has("cuda_graph_backend_decode"):
         out.add("cuda_graph_backend_decode", "disabled")
         out.add("cuda_graph_backend_prefill", "disabled")
     else:
         out.add("disable_cuda_graph")
+        out.add("disable_piecewise_cuda_graph")
+
+
+def prefill_graphs_off(params: LaunchParams, per_phase_flags: bool) -> bool:
+    """Whether the launch of ``params`` turns the release's prefill graphs off: an eager one
+    does, and from 0.5.14 (whose flags name each phase, ``per_phase_flags``) a speculative
+    one: SGLang #35437, DFLASH with prefill graphs crashes at capture (breakable) or on the
+    first request (full) on SM120; decode graphs are unaffected."""
+    return not params.capture_batch_sizes or (params.speculative and per_phase_flags)
+
+
+def graphed_prefill_tokens(params: LaunchParams, version: str, model: PrefillModel) -> float:
+    """The most tokens a prefill forward holds and still runs as CUDA graphs, when SGLang
+    ``version`` serves ``model`` with the launch this dialect renders for ``params`` (0: every
+    prefill runs eagerly); ``sglang_prefill_graphs`` holds each release's rules."""
+    per_phase = "cuda_graph_backend_prefill" in DIALECT.table(version).flags
+    if prefill_graphs_off(params, per_phase):
+        return 0
+    return _release_rules(params, version, model)
 
 
 DIALECT = EngineDialect("SGLang", "0.5.23", TABLES, render, render_env, default_port=30000,
                         ddtree_note="DDTree is in no released SGLang: this command targets "
-                        "SGLang's DDTREE branch (PR #29907).")
+                        "SGLang's DDTREE branch (PR #29907).",
+                        graphed_prefill_tokens=graphed_prefill_tokens)

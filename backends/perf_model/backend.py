@@ -9,7 +9,8 @@ from typing import ClassVar
 from backends.base import Backend, refusals
 from backends.contract import FailureClass, LaunchFailed, Measurement, Workload
 from backends.deployment import Deployment
-from backends.flags import render_command, render_env, rounds_overlapped
+from backends.flags import PrefillModel, graphed_prefill_tokens, render_command, render_env
+from backends.flags import rounds_overlapped
 from backends.launch_params import MEASURED_ONLY, InvalidParams, LaunchParams
 from backends.perf_model.acceptance import DrafterProfile, chain_acceptance, tree_acceptance
 from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
@@ -79,7 +80,15 @@ class PerfModelBackend(Backend):
         d = self.deployment
         return Setup(self.node, d.engine, self.model, self.drafter, lp, plan,
                      self._acceptance(lp), self._acceptance,
-                     rounds_overlapped(d.engine, lp, d.engine_version))
+                     rounds_overlapped(d.engine, lp, d.engine_version),
+                     graphed_prefill_tokens(d.engine, lp, self._prefill_model(),
+                                            d.engine_version))
+
+    def _prefill_model(self) -> PrefillModel:
+        m = self.model
+        return PrefillModel(m.architecture, mla=m.kv_heads == 0,
+                            linear_attention=m.linear_attention is not None,
+                            compute_capability=self.node.hw.compute_capability)
 
     def _check(self, lp: LaunchParams) -> None:
         d = self.deployment

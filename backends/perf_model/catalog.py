@@ -43,6 +43,8 @@ class Hardware:
     # The system whose measured kernel tables time this GPU's kernels (kernels/tables.py);
     # empty: none, every term is a roofline.
     measured_system: str = ""
+    # CUDA compute capability (10.0 for B200); 0 for a CPU. Engines pick kernels by it.
+    compute_capability: float = 0.0
 
     def classes(self, engine: str) -> dict[str, str]:
         """The class each fitted constant of this GPU, under ``engine``, is shared within."""
@@ -105,6 +107,8 @@ class ModelArch:
     expert_hidden: int = 0
     # The layers that are linear attention (no KV cache); None: every layer is full attention.
     linear_attention: LinearAttention | None = None
+    # The HF config's ``architectures[0]`` (engines pick code paths and defaults by it).
+    architecture: str = ""
 
     @property
     def num_moe_layers(self) -> int:
@@ -268,7 +272,8 @@ SIZE_BOUNDS = {"vocab_size": 1 << 22, "hidden_size": 1 << 17, "intermediate_size
 
 def model_from_config(name: str, cfg: dict[str, Any]) -> ModelArch:
     if "text_config" in cfg:  # Kimi K2.5/K2.6 nest the language model; quantisation may sit outside
-        cfg = {"quantization_config": cfg.get("quantization_config"), **cfg["text_config"]}
+        cfg = {"quantization_config": cfg.get("quantization_config"),
+               "architectures": cfg.get("architectures"), **cfg["text_config"]}
     _check_sizes(name, cfg)
     try:
         return _arch(name, cfg)
@@ -314,6 +319,7 @@ def _arch(name: str, c: dict[str, Any]) -> ModelArch:
         linears=target_linears(c, dense_bits), num_heads=c["num_attention_heads"],
         head_dim=0 if kv_heads == 0 else (c.get("head_dim") or hidden // c["num_attention_heads"]),
         expert_hidden=expert_hidden, linear_attention=linear_attention,
+        architecture=(c.get("architectures") or [""])[0],
     )
 
 

@@ -25,6 +25,9 @@ TREE_BUILD_KERNELS = 30  # DDTree on-device best-first build
 # A graph replay still costs the scheduler's per-step Python (batch metadata, sampling, output
 # bookkeeping), which engines' profiles show as ~0.5-1 ms a step: 16 eager-launch units.
 GRAPH_REPLAY_LAUNCHES = 16
+# A prefill replayed as CUDA graphs broken at each layer's attention (SGLang's piecewise and
+# breakable graphs) launches, a layer: the segment's replay, the KV-cache write, the attention.
+PREFILL_GRAPH_BREAK_LAUNCHES = 3
 # Launches overlap the GPU only up to the step's one synchronisation: at least this share of the
 # host time (scheduling before the first launch, output processing after the sync) is exposed.
 EXPOSED_HOST_FLOOR = 0.3

@@ -37,6 +37,9 @@ class Setup:
     # The engine prepares each round on the host while the GPU runs the previous one
     # (flags.rounds_overlapped): the round's own work overlaps the device like its launches.
     rounds_overlapped: bool
+    # The most tokens a prefill forward holds and still replays as CUDA graphs (0: every
+    # prefill runs eagerly; flags.graphed_prefill_tokens).
+    graphed_prefill_tokens: float = 0.0
 
     def at_batch(self, batch: int) -> Setup:
         """The setup a step over `batch` running requests runs: a round-capped DDTree's
@@ -172,16 +175,20 @@ def _prefill(s: Setup, input_len: int, packed: int) -> Term:
     """Time one prompt costs the engine when a prefill forward packs ``packed`` of them (up to
     the engine's prefill chunk; 64 at most): each prompt pays its share of the chunk's weight
     reads, and its GEMMs and attention to the prompt so far (half of it, on average). The host
-    runs the forward eagerly: its launches and, per MoE layer, the work beyond them
-    (``prefill_moe_host_us``), overlapping the GPU's time. The drafter's own prefill is left
-    out (a small share: a few layers)."""
+    time overlaps the GPU's. Run eagerly, it is the forward's launches and, per MoE layer, the
+    work beyond them (``prefill_moe_host_us``). Replayed as CUDA graphs broken at each layer's
+    attention (``graphed_prefill_tokens``), it is a segment's replay and the attention's own
+    launches a layer. The drafter's own prefill is left out (a small share: a few layers)."""
     chunk = min(C.CHUNKED_PREFILL_TOKENS, max(input_len, min(packed, 64) * input_len))
     prompts = max(1, chunk // input_len)  # prompts the chunk holds
     rows = min(chunk, prompts * input_len)
     fwd = target_forward(s.node, s.model, s.lp, prompts, rows // prompts, input_len / 2,
                          use_graph=False, prefill=True)
     host = fwd.host
-    if s.engine not in C.COMPILED_FORWARD:
+    if rows <= s.graphed_prefill_tokens:
+        host = s.node.host_ms(C.GRAPH_REPLAY_LAUNCHES
+                              + s.model.num_layers * C.PREFILL_GRAPH_BREAK_LAUNCHES)
+    elif s.engine not in C.COMPILED_FORWARD:
         host += s.node.eff.prefill_moe_host_us / 1e3 * s.model.num_moe_layers
     per_chunk = fwd.device + _exposed_host(s, host, fwd.device)
     ms = per_chunk / prompts * max(1.0, input_len / C.CHUNKED_PREFILL_TOKENS)

@@ -49,7 +49,7 @@ def test_sglang_rendered_shell_line_quotes_the_path():
     assert render_shell(argv) == (
         "python -m sglang.launch_server --model-path '/models/Kimi K2.6 '\"'\"'int4\"' "
         "--trust-remote-code --tp-size 8 --mem-fraction-static 0.88 --max-running-requests 48 "
-        "--disable-cuda-graph --host 127.0.0.1 --port 30000"
+        "--disable-cuda-graph --disable-piecewise-cuda-graph --host 127.0.0.1 --port 30000"
     )
 
 

@@ -85,13 +85,14 @@ def test_tp8_ep8_dflash_at_0_5_12_uses_old_graph_flags():
     ]
 
 
-def test_graphs_off_at_0_5_12_is_disable_cuda_graph():
+def test_graphs_off_at_0_5_12_disables_decode_and_piecewise_prefill_graphs():
+    # 0.5.12's --disable-cuda-graph leaves its piecewise prefill graphs on.
     params = LaunchParams(tp_size=8, cuda_graph=False, mem_fraction_static=0.9)
     argv = render_command("sglang", params, TARGET, "0.5.12")
     assert argv == [
         *LAUNCH, "--tp-size", "8",
         "--mem-fraction-static", "0.9", "--max-running-requests", "48",
-        "--disable-cuda-graph",
+        "--disable-cuda-graph", "--disable-piecewise-cuda-graph",
         *HOST_PORT,
     ]
 
@@ -250,7 +251,8 @@ def test_no_trust_remote_code_and_custom_host_port():
     assert argv == [
         "python", "-m", "sglang.launch_server", "--model-path", KIMI, "--tp-size", "1",
         "--mem-fraction-static", "0.88", "--max-running-requests", "48",
-        "--disable-cuda-graph", "--host", "0.0.0.0", "--port", "31000",
+        "--disable-cuda-graph", "--disable-piecewise-cuda-graph",
+        "--host", "0.0.0.0", "--port", "31000",
     ]
 
 
