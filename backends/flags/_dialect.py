@@ -24,6 +24,8 @@ from backends.launch_params import LaunchParams
 # A release whose scheduler prepares a DFlash round on the host while the GPU runs the previous
 # one (SGLang's overlap scheduler with its spec-v2 DFlash worker) has this table feature.
 OVERLAPPED_DFLASH_ROUNDS = "overlapped_dflash_rounds"
+# A release that serves DFlash speculative decoding (SGLang's DFLASH, from 0.5.11).
+DFLASH_SPECULATION = "dflash_speculation"
 
 
 class UnsupportedParams(InvalidParams):

@@ -1,4 +1,5 @@
-"""SGLang launch flags, 0.5.11 (first release with DFLASH) to 0.5.23.
+"""SGLang launch flags, 0.5.6 to 0.5.23 (DFLASH from 0.5.11; the older releases serve plain
+launches, as the published benchmarks of them ran).
 
 Spellings were read from each released wheel (notes/serving_engines.md §1.2). Logical keys follow
 the LaunchParams / SGLang 0.5.13 names (``cuda_graph_max_bs``), so a tuner.yaml override reads
@@ -8,7 +9,7 @@ like the parameter it renames. Keys:
   attn_dp_size, enable_dp_lm_head (>= 0.5.22), speculative_algorithm,
   speculative_draft_model_path, speculative_num_draft_tokens, speculative_ddtree_budget,
   disable_custom_all_reduce, mem_fraction_static, max_running_requests, cuda_graph_max_bs,
-  cuda_graph_bs, disable_cuda_graph and disable_piecewise_cuda_graph (<= 0.5.13),
+  cuda_graph_bs, disable_cuda_graph (<= 0.5.13), disable_piecewise_cuda_graph (0.5.10-0.5.13),
   cuda_graph_backend_decode, cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
 
 DDTree is not in any release; it is rendered with the spelling of the open PR #29907 branch.
@@ -21,6 +22,7 @@ from backends.flags._dialect import Argv
 from backends.flags._dialect import EngineDialect
 from backends.flags._dialect import FlagTable
 from backends.flags._dialect import LaunchTarget
+from backends.flags._dialect import DFLASH_SPECULATION
 from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import fraction
@@ -51,11 +53,15 @@ _COMMON = {
     "host": "--host",
     "port": "--port",
 }
-_GRAPHS_UNTIL_0_5_13 = {
+_GRAPHS_UNTIL_0_5_9 = {
     "cuda_graph_max_bs": "--cuda-graph-max-bs",
     "cuda_graph_bs": "--cuda-graph-bs",
-    "disable_cuda_graph": "--disable-cuda-graph",  # decode graphs only
-    "disable_piecewise_cuda_graph": "--disable-piecewise-cuda-graph",  # prefill graphs
+    "disable_cuda_graph": "--disable-cuda-graph",
+}
+# 0.5.10 made piecewise prefill graphs the default; --disable-cuda-graph leaves them on.
+_GRAPHS_0_5_10_TO_0_5_13 = {
+    **_GRAPHS_UNTIL_0_5_9,
+    "disable_piecewise_cuda_graph": "--disable-piecewise-cuda-graph",
 }
 # 0.5.14-0.5.19 still accept the old names as aliases, 0.5.20 removed them, and 0.5.23 rejects
 # "--cuda-graph-max-bs" as an ambiguous prefix; the per-phase names work across the whole range.
@@ -89,11 +95,16 @@ _NOT_SGLANG = {
 # round's scheduling waits for the GPU. 0.5.14 brought the spec-v2 worker (PR #23000), on by
 # default, which prepares the next round while the GPU runs this one. The DDTree branch (PR
 # #29907) forces the overlap off again.
-_OVERLAPPED = frozenset({OVERLAPPED_DFLASH_ROUNDS})
+_DFLASH = frozenset({DFLASH_SPECULATION})
+_OVERLAPPED = frozenset({DFLASH_SPECULATION, OVERLAPPED_DFLASH_ROUNDS})
 
 TABLES = (
+    FlagTable(VersionRange("0.5.6", "0.5.9"),
+              {**_COMMON, **_GRAPHS_UNTIL_0_5_9, **_ATTN_DP_UNTIL_0_5_21}),
+    FlagTable(VersionRange("0.5.10", "0.5.10"),
+              {**_COMMON, **_GRAPHS_0_5_10_TO_0_5_13, **_ATTN_DP_UNTIL_0_5_21}),
     FlagTable(VersionRange("0.5.11", "0.5.13"),
-              {**_COMMON, **_GRAPHS_UNTIL_0_5_13, **_ATTN_DP_UNTIL_0_5_21}),
+              {**_COMMON, **_GRAPHS_0_5_10_TO_0_5_13, **_ATTN_DP_UNTIL_0_5_21}, _DFLASH),
     FlagTable(VersionRange("0.5.14", "0.5.21"),
               {**_COMMON, **_GRAPHS_FROM_0_5_14, **_ATTN_DP_UNTIL_0_5_21}, _OVERLAPPED),
     FlagTable(VersionRange("0.5.22", "0.5.22"),
@@ -168,6 +179,9 @@ def _attention_dp(params: LaunchParams, out: Argv) -> None:
 def _speculation(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     if not params.speculative:
         return
+    if DFLASH_SPECULATION not in out.features:
+        raise UnsupportedParams(f"{out.label} has no DFLASH speculative decoding (SGLang ships "
+                                "it from 0.5.11)")
     drafter = require_drafter(params, target, out.label)
     out.add("speculative_algorithm", params.speculative_algorithm.upper())
     out.add("speculative_draft_model_path", drafter)
@@ -210,7 +224,8 @@ def _cuda_graphs(params: LaunchParams, out: Argv) -> None:
         out.add("cuda_graph_backend_prefill", "disabled")
     else:
         out.add("disable_cuda_graph")
-        out.add("disable_piecewise_cuda_graph")
+        if out.has("disable_piecewise_cuda_graph"):
+            out.add("disable_piecewise_cuda_graph")
 
 
 def prefill_graphs_off(params: LaunchParams, per_phase_flags: bool) -> bool:

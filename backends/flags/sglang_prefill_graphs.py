@@ -1,13 +1,14 @@
 """Which prefill forwards an SGLang release runs as CUDA graphs, for a model and a launch.
 
-On CUDA GPUs every SGLang release with DFLASH captures prefill forwards in CUDA graphs unless
-told not to: 0.5.11-0.5.14 with torch.compile's piecewise graphs, from 0.5.15 with breakable
-graphs. Both break at each layer's attention, which runs eagerly between two replayed segments.
+On CUDA GPUs SGLang captures prefill forwards in CUDA graphs unless told not to from 0.5.10
+(before, only with --enable-piecewise-cuda-graph): 0.5.10-0.5.14 with torch.compile's
+piecewise graphs, from 0.5.15 with breakable graphs. Both break at each layer's attention, which runs eagerly between two replayed segments.
 Each release turns them off for some models and launches. The rules below were read from each
 release's wheel (``server_args.py``; ``arg_groups/cuda_graph_hook.py`` and ``memory_hook.py``
 from 0.5.20) for the conditions this project's models and launches can meet:
 
-- 0.5.11-0.5.14 (piecewise): off for multimodal architectures and under attention DP.
+- 0.5.6-0.5.9: off (opt-in).
+- 0.5.10-0.5.14 (piecewise): off for multimodal architectures and under attention DP.
 - 0.5.15: breakable, off for MLA models.
 - 0.5.16-0.5.17: breakable, off for MLA models and for multimodal ones not on its breakable
   allowlist; a multimodal architecture on its piecewise allowlist (Kimi-K2.5's) runs piecewise
@@ -61,10 +62,12 @@ class _Rules:
     off_for_deepseek_v3_on_sm100: bool = False
     off_for_linear_attention: bool = False
     mla_max_tokens: float = 2048
+    by_default: bool = True  # False: only when asked for (no flag of this dialect does)
 
 
 _RULES = (
-    _Rules(VersionRange("0.5.11", "0.5.14"), piecewise=_ANY, multimodal=frozenset()),
+    _Rules(VersionRange("0.5.6", "0.5.9"), piecewise=_ANY, multimodal=_ANY, by_default=False),
+    _Rules(VersionRange("0.5.10", "0.5.14"), piecewise=_ANY, multimodal=frozenset()),
     _Rules(VersionRange("0.5.15", "0.5.15"), piecewise=frozenset(), multimodal=_ANY,
            off_for_mla=True),
     _Rules(VersionRange("0.5.16", "0.5.17"), piecewise=frozenset({_KIMI_K25}),
@@ -92,6 +95,8 @@ def graphed_prefill_tokens(params: LaunchParams, version: str, model: PrefillMod
     when SGLang ``version`` serves it with ``params`` (0: every prefill runs eagerly; inf: any
     forward up to the prefill chunk)."""
     rules = next(r for r in _RULES if parse_version(version) in r.versions)
+    if not rules.by_default:
+        return 0
     arch = model.architecture
     # SGLang's multimodal architectures are the ones named "...ForConditionalGeneration".
     if arch.endswith("ForConditionalGeneration") and not _listed(rules.multimodal, arch):

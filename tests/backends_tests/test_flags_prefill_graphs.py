@@ -57,9 +57,11 @@ def test_kimi_k3_is_graphed_until_its_kda_layers_are_excluded():
     assert graphed_prefill_tokens("sglang", PLAIN, KIMI_K3, "0.5.20") == 0
 
 
-def test_a_dense_gqa_model_is_graphed_up_to_the_chunk_in_every_release():
-    for version in ("0.5.11", "0.5.15", "0.5.23"):
+def test_a_dense_gqa_model_is_graphed_up_to_the_chunk_from_0_5_10():
+    for version in ("0.5.10", "0.5.11", "0.5.15", "0.5.23"):
         assert graphed_prefill_tokens("sglang", PLAIN, QWEN3, version) == math.inf
+    # Before, piecewise prefill graphs were opt-in.
+    assert graphed_prefill_tokens("sglang", PLAIN, QWEN3, "0.5.8.post1") == 0
 
 
 def test_the_launch_flags_come_first():

@@ -256,11 +256,28 @@ def test_no_trust_remote_code_and_custom_host_port():
     ]
 
 
-@pytest.mark.parametrize("version", ["0.5.10", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.5", "0.5.24", "0.6.0"])
 def test_unsupported_version_lists_ranges(version):
-    ranges = r"0\.5\.11-0\.5\.13, 0\.5\.14-0\.5\.21, 0\.5\.22, 0\.5\.23"
+    ranges = (r"0\.5\.6-0\.5\.9, 0\.5\.10, 0\.5\.11-0\.5\.13, 0\.5\.14-0\.5\.21, "
+              r"0\.5\.22, 0\.5\.23")
     with pytest.raises(ValueError, match=ranges):
         render_command("sglang", LaunchParams(), TARGET, version)
+
+
+@pytest.mark.parametrize("version", ["0.5.8.post1", "0.5.10"])
+def test_releases_before_dflash_serve_plain_launches_only(version):
+    argv = render_command("sglang", LaunchParams(tp_size=8), TARGET, version)
+    assert argv[argv.index("--tp-size") + 1] == "8"
+    dflash = LaunchParams(tp_size=8, speculative_algorithm="dflash")
+    with pytest.raises(UnsupportedParams, match="no DFLASH"):
+        render_command("sglang", dflash, TARGET, version)
+
+
+def test_eager_before_0_5_10_needs_no_prefill_flag():
+    # Piecewise prefill graphs are opt-in there.
+    argv = render_command("sglang", LaunchParams(tp_size=8, cuda_graph=False), TARGET, "0.5.9")
+    assert "--disable-cuda-graph" in argv
+    assert "--disable-piecewise-cuda-graph" not in argv
 
 
 @pytest.mark.parametrize("version", ["latest", "", "0.5.x", "five"])
