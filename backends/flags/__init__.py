@@ -7,6 +7,7 @@ table for the pinned version and applies the user's ``flag_overrides``.
 from __future__ import annotations
 
 from backends.flags._dialect import LaunchTarget
+from backends.flags._dialect import PrefillModel
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._render import DEFAULT_VERSIONS
 from backends.flags._render import ENGINES
@@ -19,7 +20,6 @@ from backends.flags._render import render_command
 from backends.flags._render import render_env
 from backends.flags._render import render_shell
 from backends.flags._render import rounds_overlapped
-from backends.flags.sglang_prefill_graphs import PrefillModel
 
 __all__ = [
     "DEFAULT_VERSIONS",

@@ -28,6 +28,16 @@ OVERLAPPED_DFLASH_ROUNDS = "overlapped_dflash_rounds"
 DFLASH_SPECULATION = "dflash_speculation"
 
 
+@dataclass(slots=True, frozen=True)
+class PrefillModel:
+    """What an engine's prefill-graph rules read of a model and its GPU."""
+
+    architecture: str  # the Hugging Face config's ``architectures[0]``
+    mla: bool  # multi-head latent attention (DeepSeek-V3's layout)
+    linear_attention: bool  # a Kimi Delta Attention hybrid
+    compute_capability: float  # the GPU's (10.0 for B200); 0 where unknown
+
+
 class UnsupportedParams(InvalidParams):
     """A valid configuration that this engine (at this version) cannot express."""
 
@@ -120,7 +130,7 @@ class EngineDialect:
     ddtree_note: str | None = None
     # The most tokens a prefill forward holds and still runs as CUDA graphs, for a launch, a
     # release and a model (None: the engine runs every prefill eagerly, or compiles its forward).
-    graphed_prefill_tokens: Callable[[LaunchParams, str, Any], float] | None = None
+    graphed_prefill_tokens: Callable[[LaunchParams, str, PrefillModel], float] | None = None
 
     def table(self, version: str) -> FlagTable:
         """The table for ``version``; ``ValueError`` listing the supported ranges otherwise."""

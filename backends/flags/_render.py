@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from backends.errors import UserError
 from backends.flags import dflash, sglang, vllm
 from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS, EngineDialect, LaunchTarget
-from backends.flags.sglang_prefill_graphs import PrefillModel
+from backends.flags._dialect import PrefillModel
 from backends.launch_params import LaunchParams
 
 _DIALECTS: dict[str, EngineDialect] = {"sglang": sglang.DIALECT, "vllm": vllm.DIALECT,

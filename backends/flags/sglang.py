@@ -19,18 +19,18 @@ NCCL_PROTO and NCCL_P2P_LEVEL go in the environment (``render_env``).
 from __future__ import annotations
 
 from backends.flags._dialect import Argv
+from backends.flags._dialect import DFLASH_SPECULATION
 from backends.flags._dialect import EngineDialect
 from backends.flags._dialect import FlagTable
 from backends.flags._dialect import LaunchTarget
-from backends.flags._dialect import DFLASH_SPECULATION
 from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS
+from backends.flags._dialect import PrefillModel
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import fraction
 from backends.flags._dialect import nccl_env
 from backends.flags._dialect import refuse_knobs
 from backends.flags._dialect import require_drafter
 from backends.flags._versions import VersionRange
-from backends.flags.sglang_prefill_graphs import PrefillModel
 from backends.flags.sglang_prefill_graphs import graphed_prefill_tokens as _release_rules
 from backends.launch_params import LaunchParams
 

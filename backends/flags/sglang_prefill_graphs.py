@@ -2,8 +2,9 @@
 
 On CUDA GPUs SGLang captures prefill forwards in CUDA graphs unless told not to from 0.5.10
 (before, only with --enable-piecewise-cuda-graph): 0.5.10-0.5.14 with torch.compile's
-piecewise graphs, from 0.5.15 with breakable graphs. Both break at each layer's attention, which runs eagerly between two replayed segments.
-Each release turns them off for some models and launches. The rules below were read from each
+piecewise graphs, from 0.5.15 with breakable graphs. Both break at each layer's attention,
+which runs eagerly between two replayed segments. Each release turns them off for some models
+and launches. The rules below were read from each
 release's wheel (``server_args.py``; ``arg_groups/cuda_graph_hook.py`` and ``memory_hook.py``
 from 0.5.20) for the conditions this project's models and launches can meet:
 
@@ -23,7 +24,7 @@ from 0.5.20) for the conditions this project's models and launches can meet:
 
 Decode context parallelism, pipeline parallelism and expert all-to-all backends also turn them
 off in some releases; this dialect renders none of them. The launch's own flags come first:
-an eager launch, and a speculative one from 0.5.14 (``sglang._prefill_graphs_off``), run every
+an eager launch, and a speculative one from 0.5.14 (``sglang.prefill_graphs_off``), run every
 prefill eagerly.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from backends.flags._dialect import PrefillModel
 from backends.flags._versions import VersionRange, parse_version
 from backends.launch_params import LaunchParams
 
@@ -39,16 +41,6 @@ _KIMI_K25 = "KimiK25ForConditionalGeneration"
 _KIMI_K3 = "KimiK3ForConditionalGeneration"
 _DEEPSEEK_V3 = "DeepseekV3ForCausalLM"
 _ANY = None  # every architecture
-
-
-@dataclass(slots=True, frozen=True)
-class PrefillModel:
-    """What the rules read of a model and its GPU."""
-
-    architecture: str  # the Hugging Face config's ``architectures[0]``
-    mla: bool  # multi-head latent attention (DeepSeek-V3's layout)
-    linear_attention: bool  # a Kimi Delta Attention hybrid
-    compute_capability: float  # the GPU's (10.0 for B200); 0 where unknown
 
 
 @dataclass(slots=True, frozen=True)
