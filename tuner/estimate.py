@@ -52,10 +52,9 @@ class EstimateRequest:
     @property
     def engine_release(self) -> str:
         """The engine release priced: the one asked for, else the pinned one (None only)."""
-        from backends.flags import DEFAULT_VERSIONS
+        from backends.flags import engine_release
 
-        version = self.engine_version
-        return DEFAULT_VERSIONS[self.engine] if version is None else version
+        return engine_release(self.engine, self.engine_version)
 
     def launch(self) -> LaunchParams:
         tp = self.knobs.get("tp_size", self.gpus)

@@ -13,6 +13,7 @@ from backends.flags._render import DEFAULT_VERSIONS
 from backends.flags._render import ENGINES
 from backends.flags._render import default_port
 from backends.flags._render import engine_label
+from backends.flags._render import engine_release
 from backends.flags._render import experimental_note
 from backends.flags._render import graphed_prefill_tokens
 from backends.flags._render import is_experimental
@@ -29,6 +30,7 @@ __all__ = [
     "UnsupportedParams",
     "default_port",
     "engine_label",
+    "engine_release",
     "experimental_note",
     "graphed_prefill_tokens",
     "is_experimental",

@@ -31,6 +31,11 @@ def _version(dialect: EngineDialect, version: str | None) -> str:
     return dialect.default_version if version is None else version
 
 
+def engine_release(engine: str, version: str | None = None) -> str:
+    """The release of ``engine`` a launch targets: ``version``, or the pinned one for None."""
+    return _version(_dialect(engine), version)
+
+
 def render_command(
     engine: str,
     params: LaunchParams,

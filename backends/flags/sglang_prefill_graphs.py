@@ -4,9 +4,9 @@ On CUDA GPUs SGLang captures prefill forwards in CUDA graphs unless told not to 
 (before, only with --enable-piecewise-cuda-graph): 0.5.10-0.5.14 with torch.compile's
 piecewise graphs, from 0.5.15 with breakable graphs. Both break at each layer's attention,
 which runs eagerly between two replayed segments. Each release turns them off for some models
-and launches. The rules below were read from each
-release's wheel (``server_args.py``; ``arg_groups/cuda_graph_hook.py`` and ``memory_hook.py``
-from 0.5.20) for the conditions this project's models and launches can meet:
+and launches. The rules below were read from each release's wheel (``server_args.py``;
+``arg_groups/cuda_graph_hook.py`` and ``memory_hook.py`` from 0.5.20) for the conditions this
+project's models and launches can meet:
 
 - 0.5.6-0.5.9: off (opt-in).
 - 0.5.10-0.5.14 (piecewise): off for multimodal architectures and under attention DP.
@@ -86,7 +86,8 @@ def graphed_prefill_tokens(params: LaunchParams, version: str, model: PrefillMod
     """The most tokens a prefill forward of ``model`` holds and still replays as CUDA graphs,
     when SGLang ``version`` serves it with ``params`` (0: every prefill runs eagerly; inf: any
     forward up to the prefill chunk)."""
-    rules = next(r for r in _RULES if parse_version(version) in r.versions)
+    parsed = parse_version(version)
+    rules = next(r for r in _RULES if parsed in r.versions)
     if not rules.by_default:
         return 0
     arch = model.architecture
