@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import traceback
 
 import torch
 from engine_report import best_ddtree, print_tables
 from harness import arguments, host_line, samples, save_json, stat
-from kimi_slice import build_kimi_slice, experts_reached
+from kimi_slice import build_kimi_slice
 
 from dflash_core import (
     AcceptanceProfile,
@@ -43,7 +44,10 @@ from dflash_core import (
     Spec,
     Target,
 )
+from dflash_core.models.int4 import Int4Experts
+from dflash_core.models.layers import Experts
 from dflash_core.models.step import Step
+from dflash_core.runtime.graphs import capture, on_side_stream
 from dflash_core.speculation.tree import chain_tree
 
 SHAPES = {
@@ -114,20 +118,36 @@ def verify_cost(target: Target, contexts, batches, nodes, device: str) -> list[d
 
 
 def bytes_moved(target: Target, batch: int, context: int, nodes: int) -> int:
-    """What a verify must read once: the weights (of the INT4 routed experts only those its
-    tokens can reach; of an untied embedding table only its rows) and every row's prefix cache
+    """What a verify must read once: the weights (of the routed experts only those its tokens
+    route to; of an untied embedding table only its rows) and every row's prefix cache
     (per-head K/V, or MLA's latents)."""
     weights = sum(t.numel() * t.element_size()
                   for t in (*target.parameters(), *target.buffers()))
     embed = target.model.embed_tokens.weight
     if not target.config.tie_word_embeddings:
         weights -= (embed.shape[0] - batch * nodes) * embed.shape[1] * embed.element_size()
-    for reach, per_expert in experts_reached(target, batch * nodes):
-        weights -= (target.config.n_routed_experts - reach) * per_expert
+    for reach, per_expert, experts in experts_reached(target, batch * nodes):
+        weights -= round((experts - reach) * per_expert)
     cache = target.allocate_cache(1, 1)
     per_token = sum(getattr(cache, f.name).numel() * getattr(cache, f.name).element_size()
                     for f in dataclasses.fields(cache))
     return weights + batch * context * per_token
+
+
+def experts_reached(target: Target, tokens: int) -> list[tuple[float, int, int]]:
+    """(experts a forward of `tokens` tokens reads, bytes per expert, experts) per routed MoE
+    block, INT4 or not. The reach is the expected count under uniform routing, which random
+    weights give: E (1 - (1 - k/E)^tokens), k at one token, all E only in the limit."""
+    out = []
+    top_k = target.config.num_experts_per_tok
+    for module in target.modules():
+        if isinstance(module, (Int4Experts, Experts)):
+            experts = module.num_experts
+            per_expert = sum(t.numel() * t.element_size()
+                             for t in (*module.parameters(), *module.buffers())) // experts
+            reach = experts * (1 - (1 - top_k / experts) ** tokens)
+            out.append((reach, per_expert, experts))
+    return out
 
 
 def _verify_cost(target: Target, contexts, batches, nodes, device: str,
@@ -183,6 +203,7 @@ def guarded(graph_work, device: str):
         return graph_work()
     except Exception as error:  # noqa: BLE001 - reported in the output, not raised
         GRAPH_ERRORS.append(f"{type(error).__name__}: {error}")
+        traceback.print_exc()  # where it failed, on stderr (the JSON keeps the message)
         return None
 
 
@@ -195,15 +216,8 @@ def _graph_columns(seconds: float | None, decode: float | None, moved: int) -> d
 
 def graph_of(fn):
     """fn captured in a CUDA graph (after a warm-up on a side stream); returns its replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    on_side_stream(fn)
+    return capture(fn).replay
 
 
 def _verify(target: Target, cache, batch: int, context: int, n: int, device: str,

@@ -5,7 +5,11 @@
 # its own time limit and writes its log and JSON under $OUT (default ./gpu_out), so a step
 # that fails or runs out of time still leaves the others' results.
 #
-#   OUT=/tmp/gpu bash bench/gpu_checks.sh     # at most 9.7 minutes (the step limits), one H200
+#   OUT=gpu_out bash bench/gpu_checks.sh      # at most 9.8 minutes (the step limits), one H200
+#
+# The limits fit what one H200 took (docs/BENCHMARKS.md): the gpu tests 25 s, Qwen3-8B's
+# verify about 1.4 s a point (90 points here) and its end-to-end runs about 1.5 minutes,
+# Qwen3-30B-A3B's verify about 5 s a point and its eager decode ~90 ms a token.
 #
 # Needs torch, safetensors and tokenizers (dflash_core's own dependencies) and pytest.
 set -u
@@ -29,14 +33,14 @@ step() {  # step NAME LIMIT_S COMMAND...
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 "$python" bench/harness.py >>"$out/gpu.txt" 2>&1  # the host line every benchmark prints
 cat "$out/gpu.txt"
-step pytest_gpu 120 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests \
+step pytest_gpu 75 "$python" -m pytest -q -p no:cacheprovider -m gpu tests/dflash_core_tests \
     --ignore tests/dflash_core_tests/test_parallel_graphs.py
-# Two ranks (NCCL) on the GPUs there are, both on one if it is alone: CUDA graphs capture the
-# round with its collectives and replay it to the single-device tokens.
-step pytest_gpu_parallel 80 "$python" -m pytest -q -p no:cacheprovider -m gpu \
+# Two ranks (NCCL), one GPU each (skipped on one GPU: NCCL refuses two ranks on one device):
+# CUDA graphs capture the round with its collectives and replay it to the single-device tokens.
+step pytest_gpu_parallel 50 "$python" -m pytest -q -p no:cacheprovider -m gpu \
     tests/dflash_core_tests/test_parallel_graphs.py
-step bench_qwen3_8b 220 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
-    --json "$out/qwen3_8b.json"
-step bench_qwen3_30b_a3b 160 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
-    --contexts 4096 --batches 1,4 --budgets 16,32,64 \
+step bench_qwen3_8b 280 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
+    --nodes 1,8,16,64,256 --json "$out/qwen3_8b.json"
+step bench_qwen3_30b_a3b 180 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
+    --contexts 4096 --batches 1,4 --nodes 1,16 --budgets 16,64 \
     --device cuda --json "$out/qwen3_30b_a3b.json"

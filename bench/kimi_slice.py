@@ -55,15 +55,3 @@ def _randomise(target: Target) -> None:
                 packed = getattr(module, f"{name}_packed")
                 packed.copy_(torch.randint_like(packed, -2**31, 2**31 - 1))
                 getattr(module, f"{name}_scale").fill_(0.002)
-
-
-def experts_reached(target: Target, tokens: int) -> list[tuple[int, int]]:
-    """(experts a forward of `tokens` tokens can read, bytes per expert) per routed MoE block."""
-    out = []
-    for module in target.modules():
-        if isinstance(module, Int4Experts):
-            per_expert = sum(t.numel() * t.element_size() for t in module.buffers()) \
-                // module.num_experts
-            reach = min(module.num_experts, tokens * target.config.num_experts_per_tok)
-            out.append((reach, per_expert))
-    return out

@@ -53,7 +53,7 @@ class EngineRecipe:
     drafter: Path | None
     layout: Layout
     dtype: str = "float32"
-    device: str = "cpu"  # "cuda": rank r on cuda:(r mod devices), so ranks may share one GPU
+    device: str = "cpu"  # "cuda": rank r on cuda:r (NCCL refuses two ranks on one GPU)
     engine: dict = field(default_factory=dict)
     threads: int = 0  # intra-op threads per rank (0: on the CPU, its cores shared out)
     # Makes the proposer from the target instead of the drafter's DFlash (an oracle in tests);
@@ -69,8 +69,20 @@ class EngineRecipe:
     def rank_device(self, rank: int) -> torch.device:
         device = torch.device(self.device)
         if device.type == "cuda" and device.index is None:
-            return torch.device("cuda", rank % torch.cuda.device_count())
+            return torch.device("cuda", rank)
         return device
+
+    def check_devices(self) -> None:
+        """Refuse, before forking, a CUDA layout with more ranks than GPUs: NCCL will not put
+        two ranks of one communicator on the same device."""
+        device, world = torch.device(self.device), self.layout.world
+        if device.type != "cuda" or world == 1:
+            return
+        found = torch.cuda.device_count()
+        if device.index is not None or world > found:
+            raise ValueError(f"{world} ranks on CUDA need {world} GPUs, one each "
+                             f"(device {self.device!r}, {found} found): NCCL refuses two ranks "
+                             "on one GPU")
 
 
 def build_rank_engine(recipe: EngineRecipe, comm: Comm | None):
@@ -93,6 +105,7 @@ class Ranks:
         if torch.distributed.is_initialized():
             raise RuntimeError("this process already holds a set of ranks: close it first")
         checked_config(recipe.target, recipe.layout)  # refuse a split it cannot make, unforked
+        recipe.check_devices()
         self._folder = tempfile.mkdtemp(prefix="dflash-ranks-")
         init = f"file://{self._folder}/rendezvous"
         context = _context()

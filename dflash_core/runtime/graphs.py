@@ -10,11 +10,17 @@ results are copied into `RoundState` buffers allocated outside every graph.
 
 Padding rows write only into their own cache rows and round state, and random draws come from
 registered generators, so a replay produces what the eager round would.
+
+Python's cycle collector is paused while a graph is captured: a collection inside a capture
+can free an unreachable engine's graphs, and destroying a graph (or its memory) during another
+capture invalidates that capture.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import gc
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -33,23 +39,38 @@ class RoundGraphs:
             graph.replay()
             self.replays += 1
             return
-        _on_side_stream(round_fn)  # the real round, eager
-        self.graphs[key] = self._capture(round_fn)
-        self.captures += 1
-
-    def _capture(self, round_fn: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        graph = torch.cuda.CUDAGraph()
-        for generator in self.generators():
-            if generator is not None and generator.device.type == "cuda":
-                graph.register_generator_state(generator)
+        on_side_stream(round_fn)  # the real round, eager
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            round_fn()
-        return graph
+        self.graphs[key] = capture(round_fn, self.pool, self.generators())
+        self.captures += 1
 
 
-def _on_side_stream(fn: Callable[[], None]) -> None:
+def capture(fn: Callable[[], None], pool=None,
+            generators: Iterable[torch.Generator | None] = ()) -> torch.cuda.CUDAGraph:
+    """fn's kernels recorded into a new graph (not run), drawing from `generators`' states."""
+    graph = torch.cuda.CUDAGraph()
+    for generator in generators:
+        if generator is not None and generator.device.type == "cuda":
+            graph.register_generator_state(generator)
+    with collection_paused(), torch.cuda.graph(graph, pool=pool):
+        fn()
+    return graph
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No cycle collection inside the block (what was collectable is collected after it)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def on_side_stream(fn: Callable[[], None]) -> None:
     """Eager work before a capture runs on a side stream, as capture itself does, so lazily
     created handles belong to a stream the capture can use."""
     stream = torch.cuda.Stream()

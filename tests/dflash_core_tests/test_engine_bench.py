@@ -84,5 +84,5 @@ def test_kimi_slice_on_cpu_checks_shapes_and_counts_bytes_without_timing(tmp_pat
     gb = {key[1:]: r["gb_moved"] for key, r in rows.items() if key[0] == "fused"}
     # 16K more tokens of latents: 15360 x 3 layers x 576 x 2 bytes = 0.053 GB
     assert abs(gb[(16384, 1)] - gb[(1024, 1)] - 0.053) < 0.002
-    # more nodes reach more INT4 experts: 8 -> 64 nodes, 64 -> all 384 of 2 layers
+    # more nodes reach more INT4 experts: 8 of 384 at 1 node, ~60 at 8, ~285 at 64
     assert gb[(1024, 1)] < gb[(1024, 8)] < gb[(1024, 64)]

@@ -1,5 +1,5 @@
-"""CUDA graphs capture a TP2 round with its NCCL collectives (GPU only: ranks share the GPUs
-there are, both on one device if it is alone) and replay it to the single-device tokens."""
+"""CUDA graphs capture a TP2 round with its NCCL collectives (two GPUs, one per rank: NCCL
+refuses two ranks on one device) and replay it to the single-device tokens."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dflash_core import build_engine, load_models
 from dflash_core.parallel.layout import Layout
 from dflash_core.parallel.ranks import EngineRecipe, Ranks
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="TP2 over NCCL needs two GPUs, one per rank")]
 
 
 def test_tp2_rounds_replay_as_cuda_graphs_with_their_collectives():

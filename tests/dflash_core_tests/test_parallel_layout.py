@@ -81,3 +81,14 @@ def test_a_layout_that_cannot_split_is_refused_before_any_rank_starts(tmp_path):
     assert not torch.distributed.is_initialized()  # refused before the process group
     with pytest.raises(CheckpointError, match="group_size"):
         load_sharded_target(target, Layout(4), comm=None)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="this machine has a GPU per rank")
+def test_more_cuda_ranks_than_gpus_are_refused_before_any_rank_starts(tmp_path):
+    target, drafter = write_random_pair("qwen3", tmp_path, seed=0)
+    for device in ("cuda", "cuda:0"):
+        with pytest.raises(ValueError, match="NCCL refuses two ranks on one GPU"):
+            Ranks(EngineRecipe(target, drafter, Layout(2), device=device, engine=dict(
+                max_batch=1, max_context=16, max_tree_nodes=1), threads=1))
+        assert not torch.distributed.is_initialized()
+    EngineRecipe(target, drafter, Layout(1), device="cuda").check_devices()  # one rank: no NCCL

@@ -4,6 +4,9 @@ tokens."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from core_helpers import PROMPTS, VOCAB, host_sync_ops, make_drafter, make_target
@@ -16,6 +19,7 @@ from dflash_core import (
     SamplingParams,
     Spec,
 )
+from dflash_core.runtime.graphs import collection_paused
 from dflash_core.speculation.proposer import DFlashProposer
 
 SPECS = [Spec.none(), Spec.dflash(6), Spec.ddtree(6, 12)]
@@ -94,6 +98,46 @@ def test_cuda_graphs_need_a_cuda_device():
         _engine(make_target(), None).open_batch(Spec.none()).capture()
     config = EngineConfig(cuda_graphs=True)
     assert config.context_bucket > 0  # a graph per exact prefix length would never replay
+
+
+def test_captures_pause_the_cycle_collector_and_restore_it_as_found():
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        with collection_paused():
+            assert not gc.isenabled()
+            1 / 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # a caller's own pause outlives ours
+    finally:
+        gc.enable()
+
+
+@pytest.mark.gpu
+@torch.inference_mode()
+def test_a_capture_survives_the_collector_freeing_a_dropped_engines_graphs():
+    target = make_target().cuda()
+    spec, greedy = Spec.dflash(6), SamplingParams(max_tokens=TOKENS)
+    plain = _engine(target, None).generate(PROMPTS[:2], SamplingParams(max_tokens=40))
+    first = _engine(target, _oracle(target, PROMPTS[:2], plain.tokens), cuda_graphs=True)
+    first.generate(PROMPTS[:2], greedy, spec)
+    dropped = weakref.ref(first.open_batch(spec, rows=2).round.graphs)
+    cycle = [first]
+    cycle.append(cycle)  # only the cycle collector can free the first engine and its graphs
+    del first, cycle
+    threshold = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)  # a full collection at almost every allocation, in captures too
+    try:
+        engine = _engine(target, _oracle(target, PROMPTS[:2], plain.tokens), cuda_graphs=True)
+        graphed = engine.generate(PROMPTS[:2], greedy, spec)
+    finally:
+        gc.set_threshold(*threshold)
+    assert dropped() is None  # collected while the second engine ran
+    assert graphed.tokens == [tokens[:TOKENS] for tokens in plain.tokens]  # lossless, greedy
+    assert engine.open_batch(spec, rows=2).round.graphs.captures > 0
 
 
 @pytest.mark.gpu
