@@ -233,10 +233,12 @@ def _verify(target: Target, cache, batch: int, context: int, n: int, device: str
 
 @torch.inference_mode()
 def end_to_end(target: Target, context: int, tokens: int, block: int, budgets: list[int],
-               top1: float, device: str, fused: bool) -> list[dict]:
+               top1: float, device: str, fused: bool,
+               rows: list[dict] | None = None, measured=lambda: None) -> list[dict]:
     """Eager: tok/s from rounds with no per-stage sync (one sync a round, as served), per-stage
     ms from a second run that syncs at every stage boundary. Graphs (GPU): tok/s with every
-    round replayed, after a full warm-up run that captured every round shape."""
+    round replayed, after a full warm-up run that captured every round shape. Each row goes
+    into `rows` as it is measured, then `measured()` is called (a run cut short keeps them)."""
     prompt = [[int(t) for t in torch.randint(1, 500, (context,))]]
     limits = dict(max_batch=1, max_context=context + tokens + block + 2,
                   max_tree_nodes=max(budgets) + 1)
@@ -254,7 +256,7 @@ def end_to_end(target: Target, context: int, tokens: int, block: int, budgets: l
     specs = {"plain": Spec.none(), f"dflash b{block}": Spec.dflash(block)}
     specs |= {f"ddtree b{block} budget {b}": Spec.ddtree(block, b) for b in budgets}
     sampling = SamplingParams(max_tokens=tokens)
-    rows = []
+    rows = [] if rows is None else rows
     for mode in ("eager", "graphs") if _cuda(device) else ("eager",):
         base = None
         for name, spec in specs.items():
@@ -270,6 +272,7 @@ def end_to_end(target: Target, context: int, tokens: int, block: int, budgets: l
             base = base or row["tok_s"]
             rows.append({"method": name, "mode": mode, **row,
                          "speedup": round(row["tok_s"] / base, 2)})
+            measured()
     return rows
 
 
@@ -335,9 +338,16 @@ def main() -> None:
                                                         3)
         row["graph_of_copy"] = row["graph_gb_s"] and round(row["graph_gb_s"] / result["copy_gb_s"], 3)
     save_json(args.json, result)  # a run cut short keeps what it measured
-    result["end_to_end"] = [] if args.shapes == "kimi-slice" else end_to_end(  # no drafter
-        target, plan["e2e_context"], plan["tokens"], plan["block"], plan["budgets"], args.top1,
-        args.device, args.attention == "fused")
+    rows = result["end_to_end"] = []
+
+    def measured() -> None:  # the JSON and the log keep each row of a run cut short
+        save_json(args.json, result)
+        row = rows[-1]
+        print(f"end to end: {row['method']}, {row['mode']}: {row['tok_s']} tok/s", file=sys.stderr)
+
+    if args.shapes != "kimi-slice":  # it has no drafter
+        end_to_end(target, plan["e2e_context"], plan["tokens"], plan["block"], plan["budgets"],
+                   args.top1, args.device, args.attention == "fused", rows, measured)
     result["best_ddtree"] = best_ddtree(result["end_to_end"])
     save_json(args.json, result)
     print_tables(result)

@@ -34,6 +34,8 @@ def test_engine_bench_runs_on_cpu_and_reports_every_check(tmp_path):
     # A calibrated oracle makes the tree accept more than the chain, as with a real drafter.
     assert taus["ddtree b8 budget 64"] > taus["dflash b8"]
     assert "verify" in run.stdout and "speedup" in run.stdout
+    # each end-to-end row is logged (and saved) as it is measured, for a run cut short
+    assert run.stderr.count("end to end: ") == len(result["end_to_end"])
 
 
 @pytest.mark.gpu
