@@ -67,6 +67,7 @@ def open_engine(launch: LaunchParams, checkpoints: Checkpoints, runtime: EngineR
     drafter_dir = checkpoints.drafter if launch.speculative else None
     target_cfg, drafter_cfg = read_configs(checkpoints.target, drafter_dir)
     spec = _spec(launch, drafter_cfg)
+    _check_devices(runtime.device, launch.tp_size)
     batch = max_batch or launch.max_running_requests
     check_fits(target_cfg, drafter_cfg, spec, batch, max_context, _itemsize(runtime.dtype),
                free_memory(runtime.device))
@@ -110,6 +111,15 @@ def read_drafter_config(drafter_dir: Path):
     from dflash_core.models.config import read_config
 
     return DrafterConfig.from_dict(read_config(drafter_dir))
+
+
+def _check_devices(device: str, ranks: int) -> None:
+    from dflash_core.parallel.ranks import check_devices
+
+    try:
+        check_devices(device, ranks)
+    except ValueError as error:  # the launch asks for GPUs this machine lacks: the user's to fix
+        raise InvalidParams(str(error)) from error
 
 
 def _spec(launch: LaunchParams, drafter_cfg):

@@ -72,17 +72,18 @@ class EngineRecipe:
             return torch.device("cuda", rank)
         return device
 
-    def check_devices(self) -> None:
-        """Refuse, before forking, a CUDA layout with more ranks than GPUs: NCCL will not put
-        two ranks of one communicator on the same device."""
-        device, world = torch.device(self.device), self.layout.world
-        if device.type != "cuda" or world == 1:
-            return
-        found = torch.cuda.device_count()
-        if device.index is not None or world > found:
-            raise ValueError(f"{world} ranks on CUDA need {world} GPUs, one each "
-                             f"(device {self.device!r}, {found} found): NCCL refuses two ranks "
-                             "on one GPU")
+
+
+def check_devices(device: str, world: int) -> None:
+    """Refuse a CUDA layout with more ranks than GPUs (ValueError): NCCL will not put two ranks
+    of one communicator on the same device. Ranks checks it before forking."""
+    where = torch.device(device)
+    if where.type != "cuda" or world == 1:
+        return
+    found = torch.cuda.device_count()
+    if where.index is not None or world > found:
+        raise ValueError(f"{world} ranks on CUDA need {world} GPUs, one each (device "
+                         f"{device!r}, {found} found): NCCL refuses two ranks on one GPU")
 
 
 def build_rank_engine(recipe: EngineRecipe, comm: Comm | None):
@@ -105,7 +106,7 @@ class Ranks:
         if torch.distributed.is_initialized():
             raise RuntimeError("this process already holds a set of ranks: close it first")
         checked_config(recipe.target, recipe.layout)  # refuse a split it cannot make, unforked
-        recipe.check_devices()
+        check_devices(recipe.device, world)
         self._folder = tempfile.mkdtemp(prefix="dflash-ranks-")
         init = f"file://{self._folder}/rendezvous"
         context = _context()

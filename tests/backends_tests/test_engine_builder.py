@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from backends import Deployment, FailureClass, LaunchParams, Workload, get_backend
 from backends.engine_builder import Checkpoints, EngineRuntime, open_engine
@@ -48,6 +49,15 @@ def test_a_block_past_the_drafters_is_refused_with_both_numbers():
     with pytest.raises(InvalidParams, match="=16 is past the drafter's trained block, 8"):
         with open_engine(launch, Checkpoints(PAIR / "target", PAIR / "drafter"),
                          EngineRuntime(), max_context=64, models=_never_loaded):
+            pass
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="this machine has a GPU per rank")
+def test_more_ranks_than_gpus_are_a_launch_to_change_not_a_crash():
+    launch = LaunchParams(tp_size=2, cuda_graph=False)
+    with pytest.raises(InvalidParams, match="2 ranks on CUDA need 2 GPUs"):
+        with open_engine(launch, Checkpoints(PAIR / "target"), EngineRuntime(device="cuda"),
+                         max_context=64, models=_never_loaded):
             pass
 
 

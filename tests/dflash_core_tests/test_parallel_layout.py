@@ -13,7 +13,7 @@ from dflash_core import CheckpointError
 from dflash_core.models.random_checkpoint import write_random_pair
 from dflash_core.models.random_checkpoint_deepseek import kimi_like_config
 from dflash_core.parallel.layout import Layout, Span
-from dflash_core.parallel.ranks import EngineRecipe, Ranks
+from dflash_core.parallel.ranks import EngineRecipe, Ranks, check_devices
 from dflash_core.parallel.shard import load_sharded_target
 
 
@@ -91,4 +91,4 @@ def test_more_cuda_ranks_than_gpus_are_refused_before_any_rank_starts(tmp_path):
             Ranks(EngineRecipe(target, drafter, Layout(2), device=device, engine=dict(
                 max_batch=1, max_context=16, max_tree_nodes=1), threads=1))
         assert not torch.distributed.is_initialized()
-    EngineRecipe(target, drafter, Layout(1), device="cuda").check_devices()  # one rank: no NCCL
+    check_devices("cuda", 1)  # one rank: no NCCL
