@@ -58,7 +58,9 @@ def _study(folder) -> dict:
         "backend": {"name": "sglang", "engine": "sglang", "context_length": 256,
                     "measured_kernels": False},
         "search_space": str(folder / "space.yaml"),
-        "tuning": {"strategy": "launch_aware", "launches": 12, "per_round": 2,
+        # Launches enough for the whole walk: LL, Simple and NCCL's own choice are equally fast
+        # here, so noise can move the lead among them, and each move costs a launch.
+        "tuning": {"strategy": "launch_aware", "launches": 16, "per_round": 2,
                    "finalists": 2, "repeats": 1, "screen_samples": 100,
                    "gates": {"probe_prompts": 0, "soak_s": 0}},
     }
