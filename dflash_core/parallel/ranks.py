@@ -73,7 +73,6 @@ class EngineRecipe:
         return device
 
 
-
 def check_devices(device: str, world: int) -> None:
     """Refuse a CUDA layout with more ranks than GPUs (ValueError): NCCL will not put two ranks
     of one communicator on the same device. Ranks checks it before forking."""
