@@ -7,9 +7,8 @@
 #
 #   OUT=gpu_out bash bench/gpu_checks.sh      # at most 9.8 minutes (the step limits), one H200
 #
-# The limits fit what one H200 took (docs/BENCHMARKS.md): the gpu tests 25 s, Qwen3-8B's
-# verify about 1.4 s a point (90 points here) and its end-to-end runs about 1.5 minutes,
-# Qwen3-30B-A3B's verify about 5 s a point and its eager decode ~90 ms a token.
+# The limits leave room over what one H200 took for the four steps (docs/BENCHMARKS.md):
+# 28, 6, 212 and 116 s, 370 s in all.
 #
 # Needs torch, safetensors and tokenizers (dflash_core's own dependencies) and pytest.
 set -u
