@@ -23,6 +23,9 @@ from pydantic import ValidationError
 from tuner import records
 from tuner import stats
 from tuner.config import Config
+from tuner.crossover import Crossover
+from tuner.crossover import crossover
+from tuner.crossover import envelopes
 from tuner.errors import NoResultError
 from tuner.errors import StorageError
 from tuner.records import TrialRecord
@@ -107,6 +110,9 @@ class BestResult:
     # at values no real engine ran in the study (only predicted; empty in a model-only study).
     measured_only: dict[str, Any] = field(default_factory=dict)
     predicted_only: dict[str, Any] = field(default_factory=dict)
+    # The best speculative over the best plain configuration at each level, and where
+    # speculation stops paying (what the dashboard's concurrency view draws).
+    crossover: Crossover | None = None
 
     def evidence(self) -> list[str]:
         """One line each for the chosen launch's measured-only and predicted-only knobs."""
@@ -161,6 +167,7 @@ class BestResult:
             "front": [self.view(c) for c in self.front[:self.top]],
             "warnings": self.warnings,
             "measured_only": self.measured_only, "predicted_only": self.predicted_only,
+            "speculation_vs_plain": self.crossover.as_dict() if self.crossover else None,
         }
 
 
@@ -189,7 +196,8 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       warnings=_warnings(chosen, limits, w.output_len),
                       hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
                       measured_only=_measured_only(lp, measured_kernels(run_cfg)),
-                      predicted_only=_predicted_only(lp, trials))
+                      predicted_only=_predicted_only(lp, trials),
+                      crossover=crossover(envelopes(trials)))
 
 
 def _measured_only(launch: LaunchParams | None, measured_kernels: bool) -> dict[str, Any]:

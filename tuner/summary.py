@@ -41,6 +41,9 @@ def show_best(result: BestResult) -> None:
     render.note("vs plain: over the fastest plain-decoding configuration of the same layout "
                 "at the same concurrency that does not queue; queues: the running cap is below "
                 "the concurrency")
+    if result.crossover is not None:
+        render.note("speculation vs plain (the best configuration of each at each concurrency): "
+                    + result.crossover.line())
     for warning in result.warnings:
         render.note(f"warning: {warning}", "yellow")
     for line in result.evidence():

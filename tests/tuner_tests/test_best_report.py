@@ -76,6 +76,21 @@ def test_best_shows_latencies_per_gpu_rate_and_speedup_over_plain_and_returns_th
     assert chosen["speedup_vs_plain"] == 900.0 / 250.0 and chosen["plain_trial"] == 0
 
 
+def test_best_says_where_speculation_stops_paying_in_its_table_and_record(tmp_path):
+    make_study(tmp_path, [trial(PLAIN, level(128, 1000.0), single=100.0),
+                          trial(_dflash(6, 128), level(128, 900.0), single=150.0)])
+    said = cli("best", cwd=tmp_path).stderr
+    assert ("speculation vs plain (the best configuration of each at each concurrency): "
+            "1: 1.50x · 4: 1.50x · 128: 0.90x; speculation stops paying from concurrency 128"
+            in " ".join(said.split()))
+    result, record = _best(tmp_path, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert record["speculation_vs_plain"] == {
+        "by_concurrency": [{"concurrency": 1, "speedup": 1.5}, {"concurrency": 4, "speedup": 1.5},
+                           {"concurrency": 128, "speedup": 0.9}],
+        "stops_paying_at": 128, "note": "speculation stops paying from concurrency 128"}
+
+
 def test_schedule_and_best_agree_when_medians_across_running_caps_disagree(tmp_path):
     ep4 = {"ep_size": 4}
     study = [

@@ -28,8 +28,7 @@ from cli_helpers import write_config
 from tuner import records
 from tuner.config import load_config
 from tuner.dashboard import make_server, write_report
-from tuner.dashboard.analysis import crossover, envelopes
-from tuner.dashboard.data import TrialView, load_study_data
+from tuner.dashboard.data import load_study_data
 from tuner.dashboard.nightly import load_nightly
 from tuner.dashboard.page import figure_html
 from tuner.dashboard.roofline import Roofline
@@ -116,36 +115,6 @@ def test_chosen_heads_the_front_and_its_roofline_step_is_faster_than_the_modelle
     modelled = sum(chosen.levels[data.target]["breakdown_ms"].values())
     ideal = Roofline(data.config).step_ms(chosen.launch, data.target)
     assert 0 < ideal < modelled
-
-
-def _view(number: int, family: str, curve: dict[int, float]) -> TrialView:
-    return TrialView(number=number, status="ok", measured=True, params={}, label="x",
-                     family=family, levels={c: {"output_tok_s": v} for c, v in curve.items()},
-                     command="", log_excerpt="")
-
-
-def test_crossover_is_where_speculation_stops_beating_plain_decoding():
-    trials = [_view(0, "AR · TP", {1: 10, 16: 100, 128: 800}),
-              _view(1, "DFlash · TP", {1: 30, 16: 150, 128: 700}),
-              _view(2, "DDTree · EP", {1: 35, 16: 90, 128: 600})]
-    cross = crossover(envelopes(trials))
-    assert cross.levels == [1, 16, 128] and cross.stops_at == 128
-    assert cross.speedup[0] == pytest.approx(3.5)
-    assert "from concurrency 128" in cross.note
-
-
-def test_a_level_lost_before_speculation_pays_again_is_named():
-    """Block-8 DFlash on the reference node's measured kernels: the 4-request verify switches
-    the INT4 MoE to a slower kernel, so that one level loses and the next wins again."""
-    dip = [_view(0, "AR · TP", {1: 80, 4: 260, 16: 400}),
-           _view(1, "DFlash · TP", {1: 140, 4: 250, 16: 520})]
-    cross = crossover(envelopes(dip))
-    assert cross.stops_at is None
-    assert cross.note == "speculation beats plain decoding at every measured concurrency but 4"
-    late = dip + [_view(2, "AR · TP", {64: 700}), _view(3, "DFlash · TP", {64: 650})]
-    cross = crossover(envelopes(late))
-    assert cross.stops_at == 64
-    assert cross.note == "speculation stops paying from concurrency 64 (and loses at 4)"
 
 
 def test_empty_study_gets_a_report_that_says_so(tmp_path):

@@ -14,14 +14,15 @@ import sqlalchemy as sa
 from backends.launch_params import LaunchParams
 from tuner import records
 from tuner.config import Config
+from tuner.crossover import Crossover
+from tuner.crossover import crossover
+from tuner.crossover import envelopes
+from tuner.crossover import family_of
 from tuner.errors import NoResultError
 from tuner.records import TrialRecord
 from tuner.selection import candidates
 from tuner.selection import config_key
 
-ALGORITHMS = {"none": "AR", "dflash": "DFlash", "ddtree": "DDTree"}
-# Fixed order so a family keeps its colour from one report to the next.
-FAMILIES = tuple(f"{alg} · {layout}" for alg in ALGORITHMS.values() for layout in ("TP", "EP"))
 
 
 @dataclass(slots=True)
@@ -64,6 +65,9 @@ class StudyData:
     chosen_tok_s: float = 0.0
     chosen_runs: int = 1
     chosen_where: str = ""
+    # Per family, the best output tok/s at each level, and where speculation stops paying.
+    curves: dict[str, dict[int, float]] = field(default_factory=dict)
+    crossover: Crossover | None = None
 
     def trial(self, number: int) -> TrialView:
         return next(t for t in self.trials if t.number == number)
@@ -86,12 +90,14 @@ def load_study_data(storage_url: str, study: str) -> StudyData:
         raise NoResultError(f"no study named {study!r} in {_hidden(storage_url)} "
                             f"(studies: {known}); run `dflash-tune run` first")
     cfg = _config(stored, storage_url, study)
+    curves = envelopes(trial_records)
     data = StudyData(
         name=study, storage=_hidden(storage_url),
         backend=trial_records[-1].backend if trial_records else cfg.backend.name,
         model_path=cfg.model.path, target=cfg.workload.target_concurrency,
         gpus=cfg.hardware.gpus, sla=list(cfg.workload.sla),
-        trials=[_view(t) for t in trial_records], config=cfg)
+        trials=[_view(t) for t in trial_records], config=cfg,
+        curves=curves, crossover=crossover(curves))
     _mark_feasible(data, trial_records)
     _choose(data, cfg)
     return data
@@ -114,11 +120,6 @@ def _view(t: TrialRecord) -> TrialView:
     return TrialView(number=t.trial_number, status=t.status, measured=t.measured,
                      params=t.params, launch=lp, label=label, family=family,
                      levels=t.measurements, command=t.command, log_excerpt=t.log_excerpt)
-
-
-def family_of(lp: LaunchParams) -> str:
-    layout = "EP" if lp.ep_size > 1 else "TP"
-    return f"{ALGORITHMS[lp.speculative_algorithm]} · {layout}"
 
 
 def _mark_feasible(data: StudyData, trial_records: list[TrialRecord]) -> None:

@@ -13,10 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tuner.crossover import FAMILIES
 from tuner.dashboard.analysis import best_few
-from tuner.dashboard.analysis import crossover
-from tuner.dashboard.analysis import envelopes
-from tuner.dashboard.data import FAMILIES
 from tuner.dashboard.data import StudyData
 from tuner.dashboard.data import TrialView
 from tuner.dashboard.roofline import Roofline
@@ -95,10 +93,9 @@ def pareto(data: StudyData) -> Panel:
 
 
 def concurrency(data: StudyData) -> Panel:
-    curves = envelopes(data.trials)
+    curves, cross = data.curves, data.crossover
     if not curves:
         return Panel(note="no successful trial to draw")
-    cross = crossover(curves)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3],
                         vertical_spacing=0.06)
     for family, curve in curves.items():

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from tuner.dashboard.analysis import best_of
-from tuner.dashboard.analysis import envelopes
+from tuner.crossover import best_of
 from tuner.dashboard.data import StudyData
 from tuner.dashboard.data import load_study_data
 from tuner.dashboard.figures import Panel
@@ -75,9 +74,8 @@ def _pareto_traces(data: StudyData, color: str) -> list[go.Scatter]:
 def concurrency_overlay(a: StudyData, b: StudyData) -> Panel:
     fig = go.Figure()
     for data, color in zip((a, b), STUDY_COLORS, strict=True):
-        curves = envelopes(data.trials)
         for spec, dash, label in ((True, "solid", "best speculative"), (False, "dot", "best AR")):
-            curve = best_of(curves, spec=spec)
+            curve = best_of(data.curves, spec=spec)
             if curve:
                 fig.add_trace(go.Scatter(x=list(curve), y=list(curve.values()),
                                          name=f"{esc(data.name)}: {label}", mode="lines+markers",

@@ -1,0 +1,74 @@
+"""Where speculation stops paying: the best speculative configuration over the best plain one at
+each concurrency, a configuration measured several times by the median of its runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.crossover import crossover
+from tuner.crossover import envelopes
+from tuner.params import parse
+from tuner.records import TrialRecord
+
+AR_TP = {"speculative_algorithm": "none", "tp_size": 8}
+DFLASH_TP = {"speculative_algorithm": "dflash", "tp_size": 8}
+DDTREE_EP = {"speculative_algorithm": "ddtree", "tp_size": 8, "ep_size": 8}
+
+
+def _trial(number: int, params: dict, curve: dict[int, float], status: str = "ok"
+           ) -> TrialRecord:
+    return TrialRecord(trial_number=number, backend="model", params=params, status=status,
+                       measured=True, command="", env={}, log_excerpt="",
+                       measurements={c: {"output_tok_s": v} for c, v in curve.items()},
+                       launch=parse(params)[0])
+
+
+def test_crossover_is_where_speculation_stops_beating_plain_decoding():
+    trials = [_trial(0, AR_TP, {1: 10, 16: 100, 128: 800}),
+              _trial(1, DFLASH_TP, {1: 30, 16: 150, 128: 700}),
+              _trial(2, DDTREE_EP, {1: 35, 16: 90, 128: 600})]
+    curves = envelopes(trials)
+    assert list(curves) == ["AR · TP", "DFlash · TP", "DDTree · EP"]
+    cross = crossover(curves)
+    assert cross.levels == [1, 16, 128] and cross.stops_at == 128
+    assert cross.speedup[0] == pytest.approx(3.5)
+    assert "from concurrency 128" in cross.note
+    assert cross.line() == ("1: 3.50x · 16: 1.50x · 128: 0.88x; "
+                            "speculation stops paying from concurrency 128")
+
+
+def test_a_level_lost_before_speculation_pays_again_is_named():
+    """Block-8 DFlash on the reference node's measured kernels: the 4-request verify switches
+    the INT4 MoE to a slower kernel, so that one level loses and the next wins again."""
+    dip = [_trial(0, AR_TP, {1: 80, 4: 260, 16: 400}),
+           _trial(1, DFLASH_TP, {1: 140, 4: 250, 16: 520})]
+    cross = crossover(envelopes(dip))
+    assert cross.stops_at is None
+    assert cross.note == "speculation beats plain decoding at every measured concurrency but 4"
+    late = dip + [_trial(2, {**AR_TP, "tp_size": 4}, {64: 700}),
+                  _trial(3, {**DFLASH_TP, "tp_size": 4}, {64: 650})]
+    cross = crossover(envelopes(late))
+    assert cross.stops_at == 64
+    assert cross.note == "speculation stops paying from concurrency 64 (and loses at 4)"
+
+
+def test_a_configuration_measured_again_counts_by_its_median_not_its_luckiest_run():
+    """Finalists are relaunched: taking any run's best would favour the family relaunched most."""
+    runs = [_trial(0, AR_TP, {1: 120}),
+            _trial(1, DFLASH_TP, {1: 100}), _trial(2, DFLASH_TP, {1: 300}),
+            _trial(3, DFLASH_TP, {1: 110}),
+            _trial(4, {**DFLASH_TP, "speculative_dflash_block_size": 4}, {1: 500}, "crash"),
+            _trial(5, {**DFLASH_TP, "ep_size": 3}, {1: 900})]  # 3 does not divide 8: no launch
+    curves = envelopes(runs)
+    assert curves == {"AR · TP": {1: 120}, "DFlash · TP": {1: 110}}
+    cross = crossover(curves)
+    assert cross.stops_at == 1 and cross.note == "speculation never beats plain decoding here"
+    assert cross.as_dict() == {"by_concurrency": [{"concurrency": 1, "speedup": 110 / 120}],
+                               "stops_paying_at": 1,
+                               "note": "speculation never beats plain decoding here"}
+
+
+def test_without_both_kinds_there_is_nothing_to_compare():
+    cross = crossover(envelopes([_trial(0, DFLASH_TP, {1: 30})]))
+    assert cross.levels == [] and cross.stops_at is None
+    assert cross.line() == "no successful plain (AR) configuration to compare with"

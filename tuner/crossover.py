@@ -1,0 +1,98 @@
+"""Where speculation stops paying: per family (algorithm x layout), the best output rate any of
+its configurations reached at each concurrency, and the best speculative over the best plain
+one, level by level. ``best`` prints it under its table and the dashboard draws it."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from backends.launch_params import LaunchParams
+from tuner.records import TrialRecord
+from tuner.selection import config_key
+
+ALGORITHMS = {"none": "AR", "dflash": "DFlash", "ddtree": "DDTree"}
+# Fixed order so a family keeps its colour from one report to the next.
+FAMILIES = tuple(f"{alg} · {layout}" for alg in ALGORITHMS.values() for layout in ("TP", "EP"))
+
+
+def family_of(lp: LaunchParams) -> str:
+    layout = "EP" if lp.ep_size > 1 else "TP"
+    return f"{ALGORITHMS[lp.speculative_algorithm]} · {layout}"
+
+
+@dataclass(slots=True)
+class Crossover:
+    levels: list[int]
+    speedup: list[float | None]  # best speculative / best AR output tok/s, per level
+    stops_at: int | None  # first level from which speculation no longer beats AR
+    note: str
+
+    def line(self) -> str:
+        """``1: 1.85x · 4: 0.98x ...; <note>``, or the note alone."""
+        shown = " · ".join(f"{c}: {s:.2f}x" for c, s in zip(self.levels, self.speedup,
+                                                              strict=True) if s is not None)
+        return f"{shown}; {self.note}" if shown else self.note
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"by_concurrency": [{"concurrency": c, "speedup": s} for c, s
+                                   in zip(self.levels, self.speedup, strict=True)],
+                "stops_paying_at": self.stops_at, "note": self.note}
+
+
+def envelopes(trials: Iterable[TrialRecord]) -> dict[str, dict[int, float]]:
+    """Per family, the best output tok/s any of its configurations reached at each level (a
+    configuration measured more than once by the median of its runs): what the family can do
+    at that load, whichever of its configurations you would pick there."""
+    runs: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for t in trials:
+        if not t.ok or t.launch is None:
+            continue
+        levels = runs.setdefault((family_of(t.launch), config_key(t.params)), defaultdict(list))
+        for level, m in t.measurements.items():
+            if m.get("output_tok_s") is not None:
+                levels[level].append(m["output_tok_s"])
+    best: dict[str, dict[int, float]] = {}
+    for (family, _), levels in runs.items():
+        curve = best.setdefault(family, {})
+        for level, values in levels.items():
+            curve[level] = max(curve.get(level, 0.0), statistics.median(values))
+    return {f: dict(sorted(best[f].items())) for f in FAMILIES if f in best}
+
+
+def crossover(curves: dict[str, dict[int, float]]) -> Crossover:
+    ar = best_of(curves, spec=False)
+    spec = best_of(curves, spec=True)
+    levels = sorted(set(ar) & set(spec))
+    if not levels:
+        missing = "plain (AR)" if not ar else "speculative"
+        return Crossover([], [], None, f"no successful {missing} configuration to compare with")
+    speedup = [spec[c] / ar[c] if ar[c] > 0 else None for c in levels]
+    losing = [c for c, s in zip(levels, speedup, strict=True) if s is not None and s <= 1.0]
+    stops = next((c for c in levels if all(x in losing for x in levels if x >= c)), None)
+    # Levels lost before speculation pays again (a kernel switch can make one level lose).
+    dips = ", ".join(str(c) for c in losing if stops is None or c < stops)
+    if stops == levels[0]:
+        note = "speculation never beats plain decoding here"
+    elif stops is not None:
+        note = f"speculation stops paying from concurrency {stops}"
+        note += f" (and loses at {dips})" if dips else ""
+    elif dips:
+        note = f"speculation beats plain decoding at every measured concurrency but {dips}"
+    else:
+        note = "speculation beats plain decoding at every measured concurrency"
+    return Crossover(levels, speedup, stops, note)
+
+
+def best_of(curves: dict[str, dict[int, float]], spec: bool) -> dict[int, float]:
+    """The best of the speculative (``spec``) or of the plain families' curves, per level."""
+    best: dict[int, float] = {}
+    for family, curve in curves.items():
+        if family.startswith("AR") == spec:
+            continue
+        for level, value in curve.items():
+            best[level] = max(best.get(level, 0.0), value)
+    return best
