@@ -8,6 +8,8 @@ DDTree buy end to end? One script for every check; a short table on stdout, JSON
 3. End to end at batch 1: plain decoding vs DFlash vs DDTree with the oracle proposer at a set
    acceptance profile (default: per-depth top-1 0.86 at block 16, mean acceptance ~6.5, the
    published Qwen3-8B block-16 level), so speedups need no trained weights.
+4. Speedup by batch (`--e2e-batches`, bench/by_batch.py): plain vs DFlash over 1, 4, 16, ...
+   requests at once, the same oracle profile: does the gain fall as the batch grows?
 
 Model shapes come from a config with random weights (speed does not depend on the values):
 `tiny` (CPU, CI), `qwen3-8b`, `qwen3-30b-a3b`, and `kimi-slice` (bench/kimi_slice.py: Kimi
@@ -21,6 +23,8 @@ round as served).
     python bench/engine_bench.py --shapes tiny                       # CPU, seconds
     python bench/engine_bench.py --shapes qwen3-8b --device cuda --dtype bfloat16 --json out.json
     python bench/engine_bench.py --shapes kimi-slice                 # CPU: shapes + bytes
+    python bench/engine_bench.py --shapes qwen3-8b --parts by-batch --e2e-batches 1,4,16,64 \
+        --e2e-context 1024 --json by_batch.json                      # GPU: the gain by batch
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import sys
 import traceback
 
 import torch
+from by_batch import by_batch
 from engine_report import best_ddtree, print_tables
 from harness import arguments, host_line, samples, save_json, stat
 from kimi_slice import build_kimi_slice
@@ -62,11 +67,12 @@ SHAPES = {
                           moe_intermediate_size=768),
 }
 QUICK = dict(contexts=[64, 128], batches=[1, 2], nodes=[1, 4, 8, 16], tokens=160, block=8,
-             budgets=[16, 32, 64], e2e_context=64)
+             budgets=[16, 32, 64], e2e_context=64, e2e_batches=[1, 3])
 # The issue's contexts; trees up to 128 nodes (the all-experts INT4 path from 48 tokens on).
 KIMI_PLAN = dict(contexts=[1024, 4096, 16384], batches=[1], nodes=[1, 8, 16, 32, 64, 128])
 FULL = dict(contexts=[1024, 4096, 16384], batches=[1, 4, 16], nodes=[1, 8, 16, 32, 64, 128, 256],
-            tokens=256, block=16, budgets=[8, 16, 32, 64, 128], e2e_context=4096)
+            tokens=256, block=16, budgets=[8, 16, 32, 64, 128], e2e_context=4096, e2e_batches=[])
+PARTS = ("verify", "e2e", "by-batch")
 
 
 def build_target(shape: str, device: str, dtype: torch.dtype, seed: int = 0) -> Target:
@@ -317,12 +323,16 @@ def main() -> None:
                             help=f"comma-separated, instead of the plan's {name}")
     parser.add_argument("--e2e-context", type=int, default=None,
                         help="prompt tokens of the end-to-end runs (plan: 4096; tiny: 64)")
+    parser.add_argument("--e2e-batches", type=_ints, default=None,
+                        help="batch sizes of the speedup-by-batch runs (plan: tiny 1,3; else none)")
+    parser.add_argument("--parts", type=_parts, default=PARTS,
+                        help=f"comma-separated, which of {', '.join(PARTS)} to run (default: all)")
     args = parser.parse_args()
     plan = dict(QUICK if args.shapes == "tiny" else FULL)
     if args.shapes == "kimi-slice":
         plan |= KIMI_PLAN
-    plan |= {k: getattr(args, k) for k in ("contexts", "batches", "nodes", "budgets", "e2e_context")
-             if getattr(args, k)}
+    plan |= {k: getattr(args, k) for k in ("contexts", "batches", "nodes", "budgets", "e2e_context",
+                                           "e2e_batches") if getattr(args, k)}
     # The Kimi slice is BF16 + INT4 as served; on a CPU it is only counted (meta device).
     cpu_default = "bfloat16" if args.shapes == "kimi-slice" else "float32"
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device != "cpu" else cpu_default))
@@ -331,23 +341,28 @@ def main() -> None:
               "torch": torch.__version__, "copy_gb_s": round(copy_bandwidth(args.device), 1),
               "end_to_end_attention": args.attention, "end_to_end_context": plan["e2e_context"],
               "graph_errors": GRAPH_ERRORS}
-    result["verify"] = verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
-                                   args.device)
+    result["verify"] = (verify_cost(target, plan["contexts"], plan["batches"], plan["nodes"],
+                                    args.device) if "verify" in args.parts else [])
     for row in result["verify"]:  # the roofline: bytes that must move at the copy bandwidth
         row["of_copy"] = row["achieved_gb_s"] and round(row["achieved_gb_s"] / result["copy_gb_s"],
                                                         3)
         row["graph_of_copy"] = row["graph_gb_s"] and round(row["graph_gb_s"] / result["copy_gb_s"], 3)
     save_json(args.json, result)  # a run cut short keeps what it measured
     rows = result["end_to_end"] = []
+    batched = result["by_batch"] = []
 
-    def measured() -> None:  # the JSON and the log keep each row of a run cut short
+    def measured(rows=rows, what="end to end") -> None:  # a run cut short keeps each row
         save_json(args.json, result)
         row = rows[-1]
-        print(f"end to end: {row['method']}, {row['mode']}: {row['tok_s']} tok/s", file=sys.stderr)
+        print(f"{what}: {row['method']}, {row['mode']}: {row['tok_s']} tok/s", file=sys.stderr)
 
-    if args.shapes != "kimi-slice":  # it has no drafter
-        end_to_end(target, plan["e2e_context"], plan["tokens"], plan["block"], plan["budgets"],
-                   args.top1, args.device, args.attention == "fused", rows, measured)
+    e2e = (target, plan["e2e_context"], plan["tokens"], plan["block"])
+    fused = args.attention == "fused"
+    if args.shapes != "kimi-slice" and "e2e" in args.parts:  # the slice has no drafter
+        end_to_end(*e2e, plan["budgets"], args.top1, args.device, fused, rows, measured)
+    if args.shapes != "kimi-slice" and "by-batch" in args.parts:
+        by_batch(*e2e, args.top1, args.device, fused, plan["e2e_batches"], batched,
+                 lambda: measured(batched, f"batch {batched[-1]['batch']}"))
     result["best_ddtree"] = best_ddtree(result["end_to_end"])
     save_json(args.json, result)
     print_tables(result)
@@ -356,6 +371,14 @@ def main() -> None:
 
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _parts(text: str) -> tuple[str, ...]:
+    parts = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
+    return parts
 
 
 if __name__ == "__main__":

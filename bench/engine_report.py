@@ -30,10 +30,27 @@ VERIFY_KEYS = ["attention", "context", "batch", "nodes", "gb_moved", "ms", "vs_d
 def print_tables(result: dict) -> None:
     print(f"{result['shapes']} on {result['device']} ({result['dtype']}), "
           f"copy bandwidth {result['copy_gb_s']} GB/s")
-    print("\nverify: GB/s = (weights + prefix KV, read once) / time; roof = that / copy bandwidth")
-    print(table(VERIFY, [[r[k] for k in VERIFY_KEYS] for r in result["verify"]]))
-    if not result["end_to_end"]:
-        return
+    if result["verify"]:
+        print("\nverify: GB/s = (weights + prefix KV, read once) / time; "
+              "roof = that / copy bandwidth")
+        print(table(VERIFY, [[r[k] for k in VERIFY_KEYS] for r in result["verify"]]))
+    if result["end_to_end"]:
+        _end_to_end(result)
+    if result["by_batch"]:
+        print(f"\nspeedup by batch, {result['end_to_end_context']}-token prompts, "
+              f"{result['end_to_end_attention']} attention, rounds while every request runs; "
+              "at profile = the profile's chain tau over the round's cost vs plain")
+        print(table(["batch", "method", "mode", "tok/s", "tau", "ms/round", "rounds", "speedup",
+                     "round vs plain", "speedup at profile"],
+                    [[r["batch"], r["method"], r["mode"], r["tok_s"], r["tau"],
+                      r["ms_per_round"], r["rounds"], r.get("speedup", 1.0),
+                      r.get("round_vs_plain", 1.0), r.get("speedup_at_profile", 1.0)]
+                     for r in result["by_batch"]]))
+    for error in result["graph_errors"]:
+        print(f"CUDA graphs failed, their columns are empty: {error}")
+
+
+def _end_to_end(result: dict) -> None:
     print(f"\nend to end, batch 1, {result['end_to_end_context']}-token prompt, "
           f"{result['end_to_end_attention']} attention; ms per round: eager "
           "draft/build/verify/commit, graphs round/replay")
@@ -43,5 +60,3 @@ def print_tables(result: dict) -> None:
                  for r in result["end_to_end"]]))
     for mode, best in result["best_ddtree"].items():
         print(f"best DDTree ({mode}): {best['method']}, {best['vs_dflash']}x DFlash")
-    for error in result["graph_errors"]:
-        print(f"CUDA graphs failed, their columns are empty: {error}")

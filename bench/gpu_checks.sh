@@ -5,10 +5,10 @@
 # its own time limit and writes its log and JSON under $OUT (default ./gpu_out), so a step
 # that fails or runs out of time still leaves the others' results.
 #
-#   OUT=gpu_out bash bench/gpu_checks.sh      # at most 9.8 minutes (the step limits), one H200
+#   OUT=gpu_out bash bench/gpu_checks.sh      # at most 12.3 minutes (the step limits), one H200
 #
-# The limits leave room over what one H200 took for the four steps (docs/BENCHMARKS.md):
-# 28, 6, 212 and 116 s, 370 s in all.
+# The limits leave room over what one H200 took (docs/BENCHMARKS.md): 28, 6, 212, about 145
+# (the by-batch step's first version) and 116 s, about 8.5 minutes in all.
 #
 # Needs torch, safetensors and tokenizers (dflash_core's own dependencies) and pytest.
 set -u
@@ -40,6 +40,9 @@ step pytest_gpu_parallel 50 "$python" -m pytest -q -p no:cacheprovider -m gpu \
     tests/dflash_core_tests/test_parallel_graphs.py
 step bench_qwen3_8b 280 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
     --nodes 1,8,16,64,256 --json "$out/qwen3_8b.json"
+# Does DFlash's gain fall as the batch grows? Plain vs DFlash b16, graphs, 1-64 requests.
+step bench_by_batch 150 "$python" bench/engine_bench.py --shapes qwen3-8b --device cuda \
+    --parts by-batch --e2e-batches 1,4,16,64 --e2e-context 1024 --json "$out/by_batch.json"
 step bench_qwen3_30b_a3b 180 "$python" bench/engine_bench.py --shapes qwen3-30b-a3b \
     --contexts 4096 --batches 1,4 --nodes 1,16 --budgets 16,64 \
     --device cuda --json "$out/qwen3_30b_a3b.json"

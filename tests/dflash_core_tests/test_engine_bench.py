@@ -36,6 +36,19 @@ def test_engine_bench_runs_on_cpu_and_reports_every_check(tmp_path):
     assert "verify" in run.stdout and "speedup" in run.stdout
     # each end-to-end row is logged (and saved) as it is measured, for a run cut short
     assert run.stderr.count("end to end: ") == len(result["end_to_end"])
+    # plain vs DFlash at each batch size of the plan, timed while every request runs
+    by_batch = {(r["batch"], r["method"]): r for r in result["by_batch"]}
+    assert set(by_batch) == {(b, m) for b in (1, 3) for m in ("plain", "dflash b8")}
+    assert all(r["rounds"] > 0 and r["mode"] == "eager" for r in by_batch.values())
+    for b in (1, 3):
+        plain, dflash = by_batch[b, "plain"], by_batch[b, "dflash b8"]
+        assert plain["tau"] == 1.0 and dflash["tau"] > 3
+        assert dflash["round_vs_plain"] == pytest.approx(
+            dflash["ms_per_round"] / plain["ms_per_round"], abs=0.01)
+        # the profile's chain tau: 1 + the sum of 0.86^d over the 7 depths of block 8 = 5.0
+        assert dflash["speedup_at_profile"] == pytest.approx(
+            5.0 / dflash["round_vs_plain"], rel=0.01)
+    assert "speedup by batch" in run.stdout and run.stderr.count("batch 3: ") == 2
 
 
 @pytest.mark.gpu
@@ -49,6 +62,7 @@ def test_engine_bench_runs_on_the_gpu(tmp_path):
     # The oracle's draws come from the registered generator: replays accept as eager rounds do.
     assert all(abs(r["tau"] - eager[r["method"]]) <= 0.1 * eager[r["method"]] for r in graphed)
     assert all(0 <= r["host_share"] <= 1 for r in graphed)
+    assert {r["mode"] for r in result["by_batch"]} == {"graphs"}
 
 
 def test_a_failing_graph_turns_the_graph_columns_off_and_keeps_the_run():
