@@ -24,7 +24,6 @@ from tuner.selection import candidates
 from tuner.selection import config_key
 
 
-
 @dataclass(slots=True)
 class TrialView:
     number: int
