@@ -19,6 +19,7 @@ import math
 import time
 
 import torch
+from harness import on_cuda, sync
 
 from dflash_core import (
     AcceptanceProfile,
@@ -36,7 +37,7 @@ def by_batch(target: Target, context: int, tokens: int, block: int, top1: float,
              fused: bool, batches: list[int], rows: list[dict], measured=lambda: None) -> None:
     """Appends a plain and a DFlash row per batch size to `rows`, calling `measured()` after
     each (a run cut short keeps them)."""
-    graphs = device.startswith("cuda")
+    graphs = on_cuda(device)
     profile = AcceptanceProfile.constant(block - 1, top1, (1 - top1) / 2)
     chain_tau = 1 + sum(math.prod(profile.top1[:depth]) for depth in range(1, block))
     for batch in batches:
@@ -70,17 +71,12 @@ def _full_rounds(engine: Engine, prompts: list[list[int]], spec: Spec, tokens: i
     for _ in range(2):
         batch = engine.open_batch(spec, len(prompts))
         batch.admit(prompts, [SamplingParams(max_tokens=tokens)] * len(prompts))
-        _sync(device)
+        sync(device)
         began, emitted, rounds = time.perf_counter(), 0, 0
         while len(batch.live_rows()) == len(prompts):
             emitted += sum(len(e.tokens) for e in batch.step())
             rounds += 1
-        _sync(device)
+        sync(device)
         elapsed = time.perf_counter() - began
     return {"tok_s": round(emitted / elapsed, 1), "tau": round(emitted / rounds / len(prompts), 2),
             "ms_per_round": round(elapsed / rounds * 1e3, 3), "rounds": rounds}
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()

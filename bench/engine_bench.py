@@ -36,7 +36,7 @@ import traceback
 import torch
 from by_batch import by_batch
 from engine_report import best_ddtree, print_tables
-from harness import arguments, host_line, samples, save_json, stat
+from harness import arguments, host_line, on_cuda, samples, save_json, stat, sync
 from kimi_slice import build_kimi_slice
 
 from dflash_core import (
@@ -92,15 +92,6 @@ def build_target(shape: str, device: str, dtype: torch.dtype, seed: int = 0) -> 
     return target
 
 
-def _cuda(device: str) -> bool:
-    return device.startswith("cuda")
-
-
-def sync(device: str) -> None:
-    if _cuda(device):
-        torch.cuda.synchronize()
-
-
 def timed(fn, device: str, repeats: int = 5) -> float:
     """Median seconds of fn() after one warm-up."""
     return stat(samples(fn, repeats, sync=lambda: sync(device))).median
@@ -108,7 +99,7 @@ def timed(fn, device: str, repeats: int = 5) -> float:
 
 def copy_bandwidth(device: str) -> float:
     """GB/s of a device-to-device copy (read + write)."""
-    n = 64 * 2**20 if _cuda(device) else 8 * 2**20
+    n = 64 * 2**20 if on_cuda(device) else 8 * 2**20
     src = torch.empty(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     seconds = timed(lambda: dst.copy_(src), device)
@@ -203,7 +194,7 @@ GRAPH_ERRORS: list[str] = []  # the first failure turns the graph columns off, n
 def guarded(graph_work, device: str):
     """graph_work() on a GPU while no graph work has failed; None otherwise (and on failure,
     which is recorded): a scarce GPU run keeps its eager numbers whatever the graphs do."""
-    if not _cuda(device) or GRAPH_ERRORS:
+    if not on_cuda(device) or GRAPH_ERRORS:
         return None
     try:
         return graph_work()
@@ -263,7 +254,7 @@ def end_to_end(target: Target, context: int, tokens: int, block: int, budgets: l
     specs |= {f"ddtree b{block} budget {b}": Spec.ddtree(block, b) for b in budgets}
     sampling = SamplingParams(max_tokens=tokens)
     rows = [] if rows is None else rows
-    for mode in ("eager", "graphs") if _cuda(device) else ("eager",):
+    for mode in ("eager", "graphs") if on_cuda(device) else ("eager",):
         base = None
         for name, spec in specs.items():
             proposer = proposers[name.split()[0]]

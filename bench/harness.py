@@ -67,6 +67,18 @@ class Timer:
         return time.perf_counter() - self.began
 
 
+def on_cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued work (nothing to wait for on a CPU)."""
+    if on_cuda(device):
+        import torch  # only the GPU benchmarks need it
+
+        torch.cuda.synchronize()
+
+
 def samples(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
             sync: Callable[[], object] = lambda: None) -> list[float]:
     """Seconds of each of `repeats` calls of fn() after `warmup` untimed ones; `sync` (e.g.
