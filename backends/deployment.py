@@ -25,6 +25,11 @@ class DrafterSpec:
     # Per-position top-1 acceptance given a correct prefix; see perf_model.acceptance.
     acceptance: tuple[float, ...] = (0.77,)
     rank_decay: float = 0.6
+    # How the drafter drafts: False, DFlash's one pass over the block; True, a chain drafter
+    # (EAGLE-3, MTP) that runs one pass a draft token. The performance model prices either; a
+    # chain drafter is how published EAGLE-3 / MTP measurements are described, not a launch
+    # the engines' flags render (those say DFlash).
+    chain: bool = False
 
 
 @dataclass(slots=True, frozen=True)

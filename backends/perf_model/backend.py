@@ -48,7 +48,7 @@ class PerfModelBackend(Backend):
         self.drafter = spec and drafter_arch(
             self.model, spec.num_layers, len(spec.target_layers), spec.block_size,
             heads=spec.num_heads, kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-            intermediate=spec.intermediate_size)
+            intermediate=spec.intermediate_size, chain=spec.chain)
         self.profile = spec and DrafterProfile(spec.acceptance, spec.rank_decay)
 
     def flags(self, launch: LaunchParams) -> list[str]:
@@ -76,8 +76,9 @@ class PerfModelBackend(Backend):
         self.flags(lp)  # the engine must be able to express it
         lp = lp.priced(unpriced_knobs(self.node.kernels is not None))
         tokens = workload.input_len + workload.output_len + lp.verify_tokens
-        plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens)
         d = self.deployment
+        plan = plan_memory(self.model, self.drafter, lp, self.node.hw.memory_gib, tokens,
+                           d.engine)
         return Setup(self.node, d.engine, self.model, self.drafter, lp, plan,
                      self._acceptance(lp), self._acceptance,
                      rounds_overlapped(d.engine, lp, d.engine_version),

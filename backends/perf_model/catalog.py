@@ -188,7 +188,9 @@ class ModelArch:
 
 @dataclass(slots=True, frozen=True)
 class DrafterArch:
-    """A DFlash drafter: Qwen3-style layers sharing the target's embedding and LM head."""
+    """A drafter of Qwen3-style layers sharing the target's embedding and LM head: DFlash's
+    (one pass over the block) or a chain drafter's (``chain``: EAGLE-3 or MTP, one pass a
+    draft token)."""
 
     num_layers: int
     hidden: int
@@ -201,6 +203,7 @@ class DrafterArch:
     linears: tuple[Linear, ...] = ()  # the drafter's GEMMs (shapes.py)
     num_heads: int = 0
     head_dim: int = 0
+    chain: bool = False
 
     @property
     def weight_bytes(self) -> float:
@@ -396,8 +399,8 @@ def _attention(c: dict[str, Any], hidden: int) -> tuple[int, int, int, int]:
 
 def drafter_arch(target: ModelArch, num_layers: int, num_target_layers: int, block_size: int,
                  heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
-                 intermediate: int | None = None) -> DrafterArch:
-    """A DFlash drafter for ``target``: hidden size is the target's, FC input is the taps."""
+                 intermediate: int | None = None, chain: bool = False) -> DrafterArch:
+    """A drafter for ``target``: hidden size is the target's, FC input is the taps."""
     hidden = target.hidden
     inter = intermediate or 3 * hidden
     attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
@@ -408,5 +411,5 @@ def drafter_arch(target: ModelArch, num_layers: int, num_target_layers: int, blo
         attn_flops_per_token_ctx_layer=4 * heads * head_dim, block_size=block_size,
         linears=drafter_linears(hidden, num_layers, num_target_layers, heads, kv_heads,
                                 head_dim, inter),
-        num_heads=heads, head_dim=head_dim,
+        num_heads=heads, head_dim=head_dim, chain=chain,
     )

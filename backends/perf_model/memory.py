@@ -1,7 +1,8 @@
 """Does a configuration fit in GPU memory, and how many requests can its KV pool hold?
 
 Per GPU: the static pool (``mem_fraction_static`` of memory) holds the target's and drafter's
-weights and the KV pool; the rest must hold the activation workspace, graph pools and runtime.
+weights and the KV pool; the rest must hold the activation workspace, graph pools and runtime
+(SGLang). vLLM's fraction holds all of them, the workspace taken out before the KV pool.
 A KV pool too small for every running request does not crash an engine, it caps how many run
 at once, so that is what the plan reports; only a pool that cannot hold one request, or weights
 that do not fit, make a configuration infeasible.
@@ -35,17 +36,24 @@ class MemoryPlan:
 
 
 def plan_memory(m: ModelArch, d: DrafterArch | None, lp: LaunchParams, memory_gib: float,
-                tokens_per_request: int) -> MemoryPlan:
+                tokens_per_request: int, engine: str = "sglang") -> MemoryPlan:
+    """``engine`` decides what the memory fraction bounds: SGLang's ``mem_fraction_static``
+    the weights and the KV pool (the workspace lives beside it), vLLM's
+    ``gpu_memory_utilization`` everything the instance allocates (its start-up profile takes
+    the activations, graphs and runtime out of it before sizing the KV pool)."""
     weights = _target_weights_gib(m, lp)
     drafter = (d.weight_bytes / lp.tp_size / GIB) if (d and lp.speculative) else 0.0
     static = lp.mem_fraction_static * memory_gib
-    kv_pool = static - weights - drafter
     workspace = _workspace_gib(m, lp)
+    inside = workspace if engine == "vllm" else 0.0
+    kv_pool = static - weights - drafter - inside
     common = dict(weights_gib=weights, drafter_gib=drafter, workspace_gib=workspace)
     if kv_pool <= 0:
+        what = "weights and activations" if inside else "weights"
         return MemoryPlan(kv_pool_gib=0.0, max_requests=0, **common, infeasible=(
-            f"weights need {weights + drafter:.1f} GiB per GPU, static pool is {static:.1f} GiB"))
-    if workspace > memory_gib - static:
+            f"{what} need {weights + drafter + inside:.1f} GiB per GPU, the memory fraction "
+            f"allows {static:.1f} GiB"))
+    if not inside and workspace > memory_gib - static:
         return MemoryPlan(kv_pool_gib=kv_pool, max_requests=0, **common, infeasible=(
             f"activations and graphs need {workspace:.1f} GiB, only "
             f"{memory_gib - static:.1f} GiB left outside mem_fraction_static"))

@@ -121,26 +121,45 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
 def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
                   committed_per_req: float, context: float, use_graph: bool,
                   padded_batch: int | None = None) -> Forward:
-    """One DFlash drafter pass: ``block_size`` positions a request, plus fusing the tokens the
-    last step committed into the drafter's context K/V. Shares the target's LM head."""
-    tp = lp.tp_size
+    """The drafter's work in one round. DFlash: one pass over ``block_size`` positions a
+    request. A chain drafter (EAGLE-3, MTP): ``block_size - 1`` passes of one position a
+    request, each waiting for the token the last one drew. Either way the first pass fuses the
+    tokens the last step committed into the drafter's context (their tapped target states);
+    the LM head is the target's."""
     block = lp.speculative_dflash_block_size
-    rows = (padded_batch or batch) * block
+    committed = batch * committed_per_req
+    if not d.chain:
+        return _draft_pass(node, m, d, lp, batch, block, committed, context, use_graph,
+                           padded_batch)
+    first = _draft_pass(node, m, d, lp, batch, 1, committed, context, use_graph, padded_batch)
+    later = _draft_pass(node, m, d, lp, batch, 1, 0, context, use_graph, padded_batch)
+    return _in_sequence([first] + [later] * (block - 2))
+
+
+def _draft_pass(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batch: int,
+                positions: int, committed: float, context: float, use_graph: bool,
+                padded_batch: int | None) -> Forward:
+    """One drafter forward over ``positions`` tokens a request, after fusing the tapped target
+    states of ``committed`` tokens (0: the pass reads the drafter's own last state)."""
+    tp = lp.tp_size
+    rows = (padded_batch or batch) * positions
     lm_head = tuple(x for x in m.linears if x.name == "lm_head")
-    fused = max(1, math.ceil(batch * committed_per_req))
+    linears = d.linears if committed else tuple(x for x in d.linears if x.name != "fc")
     if node.kernels is None:
         lm_params = m.vocab * m.hidden
-        nbytes = (d.weight_bytes + lm_params * BF16_BYTES) / tp
+        fc_params = d.fc_params if committed else 0
+        nbytes = (d.num_layers * d.params_per_layer + fc_params + lm_params) * BF16_BYTES / tp
         flops = 2.0 * (rows * (d.num_layers * d.params_per_layer + lm_params)
-                       + batch * committed_per_req * d.fc_params) / tp
+                       + committed * fc_params) / tp
         fixed = node.eff.matmul_fixed_us * (d.num_layers * (C.MATMULS_PER_ATTENTION + 2) + 2)
         gemm = Term(node.linear_ms(nbytes, flops, rows) + fixed / 1e3, ROOFLINE,
                     node.sol_ms(nbytes, flops))
     else:
-        gemm = gemms(node, d.linears + lm_head, rows, tp, rows_of={"fc": fused})
+        gemm = gemms(node, linears + lm_head, rows, tp,
+                     rows_of={"fc": max(1, math.ceil(committed))})
     kv_heads = max(1, d.kv_heads // tp)
     attention = decode_attention(
-        node, d.num_layers, max(1, d.num_heads // tp), kv_heads, d.head_dim, batch, block,
+        node, d.num_layers, max(1, d.num_heads // tp), kv_heads, d.head_dim, batch, positions,
         context, _attention_roofline(node, d.num_layers, d.kv_bytes_per_token_layer,
                                      d.kv_heads, d.attn_flops_per_token_ctx_layer, lp, batch,
                                      rows, context))
@@ -149,13 +168,23 @@ def draft_forward(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, ba
         "hidden": Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce"),
         "logits": Collectives(1, rows * m.vocab * BF16_BYTES, "all_gather")}
     comm = _comm(node, collectives, lp, use_graph, 1.0)
-    launches = d.eager_launches + _collective_launches(collectives) + C.KERNELS_PER_FORWARD
+    launches = (sum(x.per_forward for x in linears) + d.small_kernels
+                + _collective_launches(collectives) + C.KERNELS_PER_FORWARD)
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)
     none = fitted(0.0)
     return Forward(gemm, none, attention, comm, fitted(node.kernels_ms(d.small_kernels)), none,
                    host)
+
+
+def _in_sequence(passes: list[Forward]) -> Forward:
+    """Forwards run one after another: every component and the host time add."""
+    def add(name: str) -> Term:
+        return total(getattr(f, name) for f in passes)
+
+    return Forward(add("gemm"), add("moe"), add("attention"), add("comm"), add("small_kernels"),
+                   add("ep_dispatch"), sum(f.host for f in passes), add("linear_attention"))
 
 
 def _collective_launches(collectives: dict[str, Collectives]) -> int:

@@ -105,6 +105,20 @@ def test_mem_fraction_too_high_leaves_no_room_for_activations(backend):
     _assert_oom(rows, "6.6 GiB", "4.8 GiB")
 
 
+def test_vllm_holds_its_workspace_inside_its_memory_fraction(kimi):
+    # The same 0.95: SGLang's static pool leaves 4.8 GiB beside it for 6.6 GiB of workspace;
+    # vLLM's gpu_memory_utilization bounds the whole instance, so it fits, its KV pool the
+    # static pool less the weights and that workspace.
+    lp = LaunchParams(mem_fraction_static=0.95)
+    memory = load_hardware("rtx-pro-6000-server").memory_gib
+    sglang = plan_memory(kimi, None, lp, memory, TOKENS)
+    vllm = plan_memory(kimi, None, lp, memory, TOKENS, engine="vllm")
+    assert "outside" in sglang.infeasible and not vllm.infeasible
+    assert vllm.workspace_gib == pytest.approx(6.625, abs=0.01)
+    assert vllm.kv_pool_gib == pytest.approx(sglang.kv_pool_gib - vllm.workspace_gib)
+    assert vllm.max_requests > 0
+
+
 def test_context_longer_than_the_kv_pool_is_oom(backend):
     # 229,076 tokens fit; one request of 250,000 + 1,000 + 1 does not
     rows = backend.measure(LaunchParams(), Workload(250_000, 1000, (1,)))

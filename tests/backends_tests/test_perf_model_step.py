@@ -251,6 +251,25 @@ def test_ddtree_drafter_pays_for_its_tree_build_eagerly(pcie_node, kimi, model_b
     assert host == pytest.approx([2.5, 3.25])
 
 
+def test_a_chain_drafter_runs_one_pass_a_draft_token(pcie_node, kimi, model_backend):
+    # EAGLE-3 / MTP: block 4 is three passes of one position a request, each paying its own
+    # launches, collectives and LM head; only the first fuses the committed tokens' states.
+    chain = dataclasses.replace(model_backend.drafter, chain=True)
+
+    def draft(drafter, block):
+        lp = LaunchParams(tp_size=8, speculative_algorithm="dflash",
+                          speculative_dflash_block_size=block)
+        return draft_forward(pcie_node, kimi, drafter, lp, 1, 2.0, CONTEXT, False)
+
+    one, three = draft(chain, 2), draft(chain, 4)
+    # First pass 100 launches (2.5 ms, as DFlash's one pass); the two later ones skip the
+    # fusion GEMM: 99 each. 2.5 + 2 x 2.475 = 7.45 ms
+    assert (one.host, three.host) == pytest.approx((2.5, 7.45))
+    assert draft(model_backend.drafter, 4).host == pytest.approx(2.5)
+    assert three.comm.ms == pytest.approx(3 * one.comm.ms)
+    assert one.gemm.ms < three.gemm.ms < 3 * one.gemm.ms
+
+
 def test_graph_padding_rows_read_no_kv_but_cost_wire_bytes(pcie_node, kimi):
     # 3 requests replayed in a 4-row graph: KV of 3 requests, all-reduces sized for 4 rows.
     real = target_forward(pcie_node, kimi, TP8, 3, 1, CONTEXT, use_graph=True)
