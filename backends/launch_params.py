@@ -100,7 +100,9 @@ class LaunchParams:
               "size). Without it: the ladder up to cuda_graph_max_bs.")
     max_running_requests: int = _knob(48, "Requests in the running batch (continuous "
                                           "batching).")
-    mem_fraction_static: float = _knob(0.88, "Share of GPU memory for weights and KV cache.")
+    mem_fraction_static: float = _knob(
+        0.88, "Share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization: "
+        "the activations too).")
 
     def __post_init__(self) -> None:
         self._check_types()

@@ -36,9 +36,11 @@ How a point becomes a cli_estimate call:
   length our model uses for the point (the source's accept length, which counts the bonus
   token, through the drafter's acceptance profile) minus 1. Both tools get the same acceptance;
   what differs is the step's cost (AIConfigurator prices the drafter as nextn target layers run
-  one after another, DFlash runs its few layers once over the block). DDTree (no source has a
-  point yet): nextn = the node budget (the tokens the tree verifies), nextn_accepted the tree's
-  mean accepted length minus 1; its tree mask is not modelled, so such points are approximate.
+  one after another, DFlash runs its few layers once over the block; a chain drafter such as
+  EAGLE-3 runs its one layer once a draft token, the sequence MTP describes). DDTree (no
+  source has a point yet): nextn = the node budget (the tokens the tree verifies),
+  nextn_accepted the tree's mean accepted length minus 1; its tree mask is not modelled, so
+  such points are approximate.
   Kimi-K3 is the exception: with nextn > 0 its Kimi-K3 model prices a 5-layer DSpark drafter
   of its own and the KDA verify kernels (the K3 sources' drafters are DSpark).
 

@@ -214,10 +214,14 @@ class DrafterArch:
         """Qwen3-style bf16 layers: GQA attention and a dense MLP (constants.SMALL_KERNELS)."""
         return self.num_layers * (SMALL_KERNELS["gqa"] + SMALL_KERNELS["dense_mlp"])
 
-    @property
-    def eager_launches(self) -> int:
+    def pass_linears(self, fuses: bool) -> tuple[Linear, ...]:
+        """The GEMMs of one pass: a pass that fuses no committed tokens' target states (a chain
+        drafter's later passes) skips the fusion."""
+        return self.linears if fuses else tuple(x for x in self.linears if x.name != "fc")
+
+    def eager_launches(self, fuses: bool = True) -> int:
         """Kernels one drafter pass launches, its collectives and the shared LM head aside."""
-        return sum(x.per_forward for x in self.linears) + self.small_kernels
+        return sum(x.per_forward for x in self.pass_linears(fuses)) + self.small_kernels
 
 
 @cache

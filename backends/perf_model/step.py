@@ -144,7 +144,7 @@ def _draft_pass(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batc
     tp = lp.tp_size
     rows = (padded_batch or batch) * positions
     lm_head = tuple(x for x in m.linears if x.name == "lm_head")
-    linears = d.linears if committed else tuple(x for x in d.linears if x.name != "fc")
+    linears = d.pass_linears(fuses=bool(committed))
     if node.kernels is None:
         lm_params = m.vocab * m.hidden
         fc_params = d.fc_params if committed else 0
@@ -168,8 +168,8 @@ def _draft_pass(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batc
         "hidden": Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce"),
         "logits": Collectives(1, rows * m.vocab * BF16_BYTES, "all_gather")}
     comm = _comm(node, collectives, lp, use_graph, 1.0)
-    launches = (sum(x.per_forward for x in linears) + d.small_kernels
-                + _collective_launches(collectives) + C.KERNELS_PER_FORWARD)
+    launches = (d.eager_launches(fuses=bool(committed)) + _collective_launches(collectives)
+                + C.KERNELS_PER_FORWARD)
     if lp.is_ddtree:
         launches += C.TREE_BUILD_KERNELS
     host = node.host_ms(C.GRAPH_REPLAY_LAUNCHES if use_graph else launches)

@@ -113,3 +113,19 @@ def test_red_hats_counterexample_stays_a_gain_at_200_requests(measured):
     (row,) = compare(model_predictor(dep), default_efficiency(dep.gpu, dep.engine, measured),
                      src.observations, src.workload)
     assert row.predicted > 1.0
+
+
+def test_eagle3_on_the_users_node_loses_its_gain_with_load_on_measured_kernels():
+    """The community's Kimi-K2.6 EAGLE-3 decode matrix on 8x RTX PRO 6000 (vLLM): 1.32x at one
+    stream, 1.01x at 128. Priced on the node's measured kernels with the shipped constants,
+    the chain drafter's speedup falls by at least two thirds of that."""
+    from dataclasses import replace
+
+    src = load_reference(str(VALIDATION_DIR / "rtx6kpro_kimi_k26_vllm_eagle3_pcie8.yaml"))
+    dep = replace(src.deployment, measured_kernels=True)
+    assert dep.drafter.chain
+    speedups = {o.at: o for o in src.observations if o.metric == "speedup"}
+    rows = compare(model_predictor(dep), default_efficiency(dep.gpu, dep.engine, True),
+                   [speedups[1], speedups[128]], src.workload)
+    one, loaded = (r.predicted for r in rows)
+    assert one > 1.0 and one - loaded >= 2 / 3 * (1.32 - 1.01)
