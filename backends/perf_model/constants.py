@@ -51,6 +51,10 @@ PREFILL_IN_DECODE_BATCH = frozenset({"vllm"})
 # Engines whose forward is torch.compile'd whole (vLLM): no Python runs layer by layer, so an
 # eager prefill pays no per-layer host work beyond its launches (``prefill_moe_host_us``).
 COMPILED_FORWARD = frozenset({"vllm"})
+# Engines whose memory fraction bounds the whole instance (vLLM's gpu_memory_utilization: its
+# start-up profile takes the activations, graphs and runtime out of it before sizing the KV
+# pool); SGLang's mem_fraction_static holds the weights and KV, the workspace beside it.
+WORKSPACE_IN_MEMORY_FRACTION = frozenset({"vllm"})
 # Rows at which a tensor-core GEMM reaches half its large-shape efficiency: below a 128-row tile
 # the tile is mostly padding, and few tiles cannot fill every SM (wave quantisation). The
 # saturating form rows / (rows + GEMM_HALF_ROWS) is the simplest curve with both limits.

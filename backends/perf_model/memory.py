@@ -37,15 +37,13 @@ class MemoryPlan:
 
 def plan_memory(m: ModelArch, d: DrafterArch | None, lp: LaunchParams, memory_gib: float,
                 tokens_per_request: int, engine: str = "sglang") -> MemoryPlan:
-    """``engine`` decides what the memory fraction bounds: SGLang's ``mem_fraction_static``
-    the weights and the KV pool (the workspace lives beside it), vLLM's
-    ``gpu_memory_utilization`` everything the instance allocates (its start-up profile takes
-    the activations, graphs and runtime out of it before sizing the KV pool)."""
+    """``engine`` decides what the memory fraction bounds: the weights and the KV pool, or the
+    workspace too (constants.WORKSPACE_IN_MEMORY_FRACTION)."""
     weights = _target_weights_gib(m, lp)
     drafter = (d.weight_bytes / lp.tp_size / GIB) if (d and lp.speculative) else 0.0
     static = lp.mem_fraction_static * memory_gib
     workspace = _workspace_gib(m, lp)
-    inside = workspace if engine == "vllm" else 0.0
+    inside = workspace if engine in C.WORKSPACE_IN_MEMORY_FRACTION else 0.0
     kv_pool = static - weights - drafter - inside
     common = dict(weights_gib=weights, drafter_gib=drafter, workspace_gib=workspace)
     if kv_pool <= 0:
