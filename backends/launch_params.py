@@ -27,6 +27,9 @@ CUDAGRAPH_MODES = ("FULL_AND_PIECEWISE", "PIECEWISE", "NONE")
 # NCCL's values, as its environment-variable documentation spells them (None: NCCL chooses).
 NCCL_PROTOS = ("LL", "LL128", "Simple")
 NCCL_P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")  # LOC: peer-to-peer off
+# The KV cache's element type: the model's own (auto), or one of the 8-bit floats SGLang and
+# vLLM both spell this way (--kv-cache-dtype).
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 # The knobs a running engine could switch (everything else is fixed by the launch), in the
 # order they depend on each other: the method, its block, then the tree's shape.
 SPECULATION_KNOBS = ("speculative_algorithm", "speculative_dflash_block_size",
@@ -103,6 +106,10 @@ class LaunchParams:
     mem_fraction_static: float = _knob(
         0.88, "Share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization: "
         "the activations too).")
+    kv_cache_dtype: str = _knob(
+        "auto", "KV cache element type: auto (the model's, bf16), fp8_e4m3 or fp8_e5m2 (half "
+                "the bytes a token: twice the cached tokens; K and V are rounded to 8 bits, so "
+                "answers can differ from auto's).")
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -164,7 +171,8 @@ class LaunchParams:
         for name, choices in (("cuda_graph_bs_ladder", GRAPH_LADDERS),
                               ("cudagraph_mode", CUDAGRAPH_MODES),
                               ("nccl_proto", (None, *NCCL_PROTOS)),
-                              ("nccl_p2p_level", (None, *NCCL_P2P_LEVELS))):
+                              ("nccl_p2p_level", (None, *NCCL_P2P_LEVELS)),
+                              ("kv_cache_dtype", KV_CACHE_DTYPES)):
             if getattr(self, name) not in choices:
                 raise InvalidParams(f"{name} must be one of {choices}")
 
@@ -272,6 +280,8 @@ class LaunchParams:
         if self.cudagraph_mode != CUDAGRAPH_MODES[0]:
             parts.append(self.cudagraph_mode.lower())
         parts.append(f"run{self.max_running_requests} mem{self.mem_fraction_static:g}")
+        if self.kv_cache_dtype != KV_CACHE_DTYPES[0]:
+            parts.append(f"kv-{self.kv_cache_dtype}")
         return " ".join(parts + self._collective_labels())
 
     def _collective_labels(self) -> list[str]:

@@ -37,7 +37,6 @@ from backends.perf_model.calibrate import SPEEDUP, THROUGHPUT_METRICS, TTFT  # n
 from backends.perf_model.calibrate import Comparison, compare  # noqa: E402
 from backends.perf_model.constants import Efficiency  # noqa: E402
 from backends.perf_model.global_fit import FitResult, fit_sources  # noqa: E402
-from backends.perf_model.memory import kv_capacity_tokens  # noqa: E402
 from backends.perf_model.references import Reference, model_predictor  # noqa: E402
 from backends.perf_model.references import fitted_sources, validation_sources  # noqa: E402
 from backends.perf_model.shipped import fitted_path, write_fitted  # noqa: E402
@@ -127,7 +126,7 @@ def kv_rows(sources: list[Reference]) -> list[tuple[str, int, float]]:
     for src in sources:
         backend = PerfModelBackend(src.deployment)
         for k in src.kv_checks:
-            got = kv_capacity_tokens(backend.model, backend.drafter, k.launch, k.kv_pool_gib)
+            got = backend.kv_capacity(k.launch, k.kv_pool_gib)
             out.append((f"{src.name}: {k.name}", k.tokens, got))
     return out
 

@@ -120,8 +120,9 @@ def show(req: EstimateRequest, rows: Sequence[Measurement], console=render.human
     render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}, "
                  f"{req.engine} {req.engine_release}", columns, table, console=console)
     render.note("step breakdown, ms per round (where each time comes from: measured kernel "
-                "tables, roofline, fitted constant; % = share of the hardware's speed of light):",
-                console=console)
+                "tables, roofline, fitted constant, measured-bf16-kv: attention timed with a "
+                "bf16 cache standing in for an 8-bit one; % = share of the hardware's speed of "
+                "light):", console=console)
     for m in rows:
         render.note(f"  c={m.concurrency}: " + ", ".join(_part(m, k) for k in m.breakdown_ms),
                     console=console)

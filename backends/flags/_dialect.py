@@ -189,6 +189,13 @@ def refuse_knobs(params: LaunchParams, label: str, why: Mapping[str, str]) -> No
             raise UnsupportedParams(f"{label} cannot express {name}={chosen[name]!r}: {reason}")
 
 
+def kv_cache_dtype(params: LaunchParams, out: Argv) -> None:
+    """``--kv-cache-dtype`` where the launch sets one (SGLang and vLLM spell it and its 8-bit
+    values alike); ``auto`` is both engines' default and is left out."""
+    if params.kv_cache_dtype != "auto":
+        out.add("kv_cache_dtype", params.kv_cache_dtype)
+
+
 def nccl_env(params: LaunchParams) -> dict[str, str]:
     """NCCL's variables for the launch's collectives (every engine here runs them on NCCL);
     a knob left at None leaves its variable to NCCL."""

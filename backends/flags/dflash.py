@@ -86,6 +86,8 @@ _NOT_SERVE = {
     "decode_context_parallel_size": "serve keeps each request's KV cache whole on every rank",
     "cudagraph_mode": "it is vLLM's compilation setting; serve's graphs are cuda_graph and "
                       "cuda_graph_bs",
+    "kv_cache_dtype": "serve keeps its KV cache in the model's dtype (SGLang and vLLM take "
+                      "8-bit caches)",
 }
 
 

@@ -8,9 +8,10 @@ like the parameter it renames. Keys:
   model_path, trust_remote_code, tp_size, dp_size, ep_size, enable_dp_attention (<= 0.5.21),
   attn_dp_size, enable_dp_lm_head (>= 0.5.22), speculative_algorithm,
   speculative_draft_model_path, speculative_num_draft_tokens, speculative_ddtree_budget,
-  disable_custom_all_reduce, mem_fraction_static, max_running_requests, cuda_graph_max_bs,
-  cuda_graph_bs, disable_cuda_graph (<= 0.5.13), disable_piecewise_cuda_graph (0.5.10-0.5.13),
-  cuda_graph_backend_decode, cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
+  disable_custom_all_reduce, mem_fraction_static, kv_cache_dtype, max_running_requests,
+  cuda_graph_max_bs, cuda_graph_bs, disable_cuda_graph (<= 0.5.13),
+  disable_piecewise_cuda_graph (0.5.10-0.5.13), cuda_graph_backend_decode,
+  cuda_graph_backend_prefill (>= 0.5.14), context_length, host, port.
 
 DDTree is not in any release; it is rendered with the spelling of the open PR #29907 branch.
 NCCL_PROTO and NCCL_P2P_LEVEL go in the environment (``render_env``).
@@ -27,6 +28,7 @@ from backends.flags._dialect import OVERLAPPED_DFLASH_ROUNDS
 from backends.flags._dialect import PrefillModel
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import fraction
+from backends.flags._dialect import kv_cache_dtype
 from backends.flags._dialect import nccl_env
 from backends.flags._dialect import refuse_knobs
 from backends.flags._dialect import require_drafter
@@ -48,6 +50,7 @@ _COMMON = {
     # peer-to-peer access between the GPUs to be fast.
     "disable_custom_all_reduce": "--disable-custom-all-reduce",
     "mem_fraction_static": "--mem-fraction-static",
+    "kv_cache_dtype": "--kv-cache-dtype",
     "max_running_requests": "--max-running-requests",
     "context_length": "--context-length",
     "host": "--host",
@@ -126,6 +129,7 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     if params.disable_custom_all_reduce:
         out.add("disable_custom_all_reduce")
     out.add("mem_fraction_static", fraction(params.mem_fraction_static))
+    kv_cache_dtype(params, out)
     out.add("max_running_requests", params.max_running_requests)
     _cuda_graphs(params, out)
     if target.context_length is not None:

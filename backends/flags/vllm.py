@@ -3,8 +3,9 @@
 Logical keys follow vLLM's own flag names: trust_remote_code, tensor_parallel_size,
 data_parallel_size, enable_expert_parallel, decode_context_parallel_size,
 disable_custom_all_reduce, speculative_config, gpu_memory_utilization, max_num_seqs,
-max_model_len, compilation_config, enforce_eager, host, port. The model is the positional
-argument of ``vllm serve`` and has no key. NCCL_PROTO and NCCL_P2P_LEVEL go in the environment.
+max_model_len, compilation_config, enforce_eager, kv_cache_dtype, host, port. The model is the
+positional argument of ``vllm serve`` and has no key. NCCL_PROTO and NCCL_P2P_LEVEL go in the
+environment.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from backends.flags._dialect import LaunchTarget
 from backends.flags._dialect import UnsupportedParams
 from backends.flags._dialect import compact_json
 from backends.flags._dialect import fraction
+from backends.flags._dialect import kv_cache_dtype
 from backends.flags._dialect import nccl_env
 from backends.flags._dialect import require_drafter
 from backends.flags._versions import VersionRange
@@ -40,6 +42,7 @@ _FLAGS = {
     "port": "--port",
     "model": "--model",  # launchers other than `vllm serve` take the model as an option
     "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+    "kv_cache_dtype": "--kv-cache-dtype",
 }
 
 # A release whose FULL decode graphs verify DFlash correctly gets this feature (none yet).
@@ -75,6 +78,7 @@ def render(params: LaunchParams, target: LaunchTarget, out: Argv) -> None:
     if params.speculative:
         out.add("speculative_config", compact_json(_speculative_config(params, target, out)))
     _memory(params, target, out)
+    kv_cache_dtype(params, out)
     out.add("max_num_seqs", params.max_running_requests)
     if target.context_length is not None:
         out.add("max_model_len", target.context_length)

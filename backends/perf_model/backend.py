@@ -17,7 +17,7 @@ from backends.perf_model.catalog import drafter_arch, load_hardware, load_model
 from backends.perf_model.constants import Efficiency
 from backends.perf_model.kernels.tables import tables_for
 from backends.perf_model.shipped import default_efficiency
-from backends.perf_model.memory import plan_memory
+from backends.perf_model.memory import kv_capacity_tokens, plan_memory
 from backends.perf_model.predict import Setup, predict
 from backends.perf_model.step import Node
 from backends.session import Session
@@ -84,6 +84,13 @@ class PerfModelBackend(Backend):
                      rounds_overlapped(d.engine, lp, d.engine_version),
                      graphed_prefill_tokens(d.engine, lp, self._prefill_model(),
                                             d.engine_version))
+
+    def kv_capacity(self, lp: LaunchParams, kv_pool_gib: float | None = None) -> float:
+        """Tokens a replica's KV pool holds (what engines log at start-up): a pool of
+        ``kv_pool_gib`` per GPU, or the one ``lp``'s memory fraction leaves."""
+        if kv_pool_gib is None:
+            kv_pool_gib = self.setup(lp, Workload(1, 1, (1,))).plan.kv_pool_gib
+        return kv_capacity_tokens(self.model, self.drafter, lp, kv_pool_gib)
 
     def _prefill_model(self) -> PrefillModel:
         m = self.model

@@ -55,6 +55,11 @@ COMPILED_FORWARD = frozenset({"vllm"})
 # start-up profile takes the activations, graphs and runtime out of it before sizing the KV
 # pool); SGLang's mem_fraction_static holds the weights and KV, the workspace beside it.
 WORKSPACE_IN_MEMORY_FRACTION = frozenset({"vllm"})
+# A cached K/V element under each kv_cache_dtype, as a share of the catalog's bf16 bytes (auto:
+# the model's own dtype, which the catalog prices as bf16; the engines' 8-bit layouts add a
+# few scale bytes a token, left out), and the kernel tables' name for that element type.
+KV_CACHE_SCALE = {"auto": 1.0, "fp8_e4m3": 0.5, "fp8_e5m2": 0.5}
+KV_TABLE_DTYPE = {"auto": "bfloat16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 # Rows at which a tensor-core GEMM reaches half its large-shape efficiency: below a 128-row tile
 # the tile is mostly padding, and few tiles cannot fill every SM (wave quantisation). The
 # saturating form rows / (rows + GEMM_HALF_ROWS) is the simplest curve with both limits.

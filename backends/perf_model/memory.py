@@ -97,7 +97,8 @@ def _kv_bytes_per_token_gpu(m: ModelArch, d: DrafterArch | None, lp: LaunchParam
     draft = 0.0
     if d and lp.speculative:  # the draft pool keeps one slot per target token
         draft = d.num_layers * d.kv_bytes_per_token_layer / min(tp, d.kv_heads)
-    return target + draft
+    # Both engines store the draft pool in the target's KV dtype unless told otherwise.
+    return (target + draft) * C.KV_CACHE_SCALE[lp.kv_cache_dtype]
 
 
 def _state_bytes_per_request_gpu(m: ModelArch, lp: LaunchParams) -> float:

@@ -32,11 +32,12 @@ VALIDATION_DIR = Path(__file__).parent / "validation"
 
 @dataclass(slots=True, frozen=True)
 class KvCheck:
-    """A KV capacity an engine logged: ``tokens`` fit in ``kv_pool_gib`` per GPU."""
+    """A KV capacity an engine logged: ``tokens`` fit in ``kv_pool_gib`` per GPU (None: the
+    engine logged no pool size; the model plans it from the launch's memory fraction)."""
 
     name: str
     launch: LaunchParams
-    kv_pool_gib: float
+    kv_pool_gib: float | None
     tokens: int
 
 
@@ -123,12 +124,16 @@ def _parse(raw: dict[str, Any]) -> Reference:
     defaults = raw.get("defaults") or {}
     observations = tuple(_observation(o, defaults, workload) for o in raw["observations"])
     kv = tuple(KvCheck(k["name"], LaunchParams.from_params({**defaults, **(k.get("params") or {})}),
-                       float(k["kv_pool_gib"]), int(k["tokens"]))
+                       _optional_float(k.get("kv_pool_gib")), int(k["tokens"]))
                for k in raw.get("kv_capacity") or ())
     source = raw.get("source") or {}
     return Reference(deployment, workload, observations, kv, str(source.get("cite", "")),
                      group=str(source.get("group", "")),
                      not_fitted=str(source.get("not_fitted", "")).strip())
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _drafter(raw: dict[str, Any]) -> DrafterSpec:

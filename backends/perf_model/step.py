@@ -21,7 +21,7 @@ from backends.perf_model.catalog import ModelArch
 from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
-from backends.perf_model.terms import FITTED, MEASURED, MLA_BLOCK_LINEARS, ROOFLINE, Term
+from backends.perf_model.terms import FITTED, MLA_BLOCK_LINEARS, ROOFLINE, Term
 from backends.perf_model.terms import collective, decode_attention, experts, mla_block
 from backends.perf_model.terms import fitted, gemms, linear_attention, prompt_attention, total
 from backends.perf_model.traffic import Collectives
@@ -89,21 +89,22 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
     # Decode context parallelism: each of ``dcp`` ranks holds 1/dcp of every request's KV and
     # attends for the queries of all dcp ranks' heads over it (prompts are not split).
     dcp = 1 if prefill or dp_attention else lp.decode_context_parallel_size
-    layers = m.num_attention_layers
+    layers, kv_dtype = m.num_attention_layers, C.KV_TABLE_DTYPE[lp.kv_cache_dtype]
     attention = _attention_roofline(node, layers, m.kv_bytes_per_token_layer, m.kv_heads,
                                     m.attn_flops_per_token_ctx_layer, lp, batch, tokens, context,
                                     context_split=dcp)
     if prefill and context <= tokens_per_req:
         attention = prompt_attention(node, layers, heads, kv_heads, m.head_dim,
-                                     rank_batch, tokens_per_req, attention)
+                                     rank_batch, tokens_per_req, attention, kv_dtype)
     elif not prefill:
         attention = decode_attention(node, layers, heads * dcp, kv_heads, m.head_dim,
-                                     rank_batch, tokens_per_req, context / dcp, attention)
+                                     rank_batch, tokens_per_req, context / dcp, attention,
+                                     kv_dtype)
     block = (None if dp_attention or (prefill and context > tokens_per_req) else
              mla_block(node, m, heads, rank_batch, tokens, tokens_per_req, context, prefill,
-                       dcp))
+                       dcp, kv_dtype))
     if block is not None:  # vLLM's MLA module tables time the block's GEMMs with its attention
-        attention = Term(block.ms, MEASURED, attention.sol_ms + block_gemm.sol_ms)
+        attention = Term(block.ms, block.source, attention.sol_ms + block_gemm.sol_ms)
     elif node.kernels is not None:
         gemm = total([gemm, block_gemm])
     linear = _linear_attention(node, m, lp, rank_batch, tokens_per_req, dp_attention, prefill)
@@ -162,7 +163,8 @@ def _draft_pass(node: Node, m: ModelArch, d: DrafterArch, lp: LaunchParams, batc
         node, d.num_layers, max(1, d.num_heads // tp), kv_heads, d.head_dim, batch, positions,
         context, _attention_roofline(node, d.num_layers, d.kv_bytes_per_token_layer,
                                      d.kv_heads, d.attn_flops_per_token_ctx_layer, lp, batch,
-                                     rows, context))
+                                     rows, context),
+        C.KV_TABLE_DTYPE[lp.kv_cache_dtype])
     # Tensor parallelism only: an all-reduce after attention and after the MLP, the logit gather.
     collectives = {} if tp <= 1 else {
         "hidden": Collectives(2 * d.num_layers, rows * d.hidden * BF16_BYTES, "all_reduce"),
@@ -255,14 +257,16 @@ def _moe_roofline(node: Node, m: ModelArch, lp: LaunchParams, tokens: int, skew:
 def _attention_roofline(node: Node, layers: int, kv_bytes_layer: int, kv_heads: int,
                         flops_per_ctx_layer: int, lp: LaunchParams, batch: int, tokens: int,
                         context: float, context_split: int = 1) -> Term:
-    """Reads each request's prefix K/V once for all its tokens (verify is prefill-like);
-    ``context_split`` ranks share each prefix (decode context parallelism), the same FLOPs."""
+    """Reads each request's prefix K/V once for all its tokens (verify is prefill-like), in the
+    launch's KV dtype; ``context_split`` ranks share each prefix (decode context parallelism),
+    the same FLOPs."""
     tp = lp.tp_size
     if lp.enable_dp_attention:  # each rank attends for its own requests with all heads
         share = 1.0 / tp
     else:  # MLA's latent (kv_heads == 0) is replicated on every TP rank; GQA splits by head
         share = (1.0 / min(tp, kv_heads) if kv_heads else 1.0) / context_split
-    kv_bytes = batch * context * layers * kv_bytes_layer * share
+    kv_bytes = batch * context * layers * kv_bytes_layer * share * C.KV_CACHE_SCALE[
+        lp.kv_cache_dtype]
     flops = tokens * context * layers * flops_per_ctx_layer / tp
     # Attention tiles over heads and context, not over the step's rows: no small-shape penalty.
     ms = max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from backends.perf_model.catalog import BF16_BYTES, FP32_BYTES, ModelArch
-from backends.perf_model.kernels.tables import KernelTables
+from backends.perf_model.kernels.tables import BF16, KernelTables
 from backends.perf_model.node import Node
 from backends.perf_model.shapes import FP8, Linear
 from backends.perf_model.traffic import Collectives
 
 MEASURED, ROOFLINE, FITTED = "measured", "roofline", "fitted"
+# Attention timed with a bf16 KV cache, standing in for an 8-bit cache no table times.
+BF16_KV = "measured-bf16-kv"
 # Routed-expert weights by bits a weight -> the MoE table dtype that runs them: Marlin W4A16
 # for INT4 checkpoints with group scales (Kimi K2.6), block-scaled FP8, bf16.
 _MOE_DTYPES = ((5.0, "int4_wo"), (8.0, "fp8_block"), (16.0, "bfloat16"))
@@ -117,10 +119,12 @@ def _absorbed_table(tables: KernelTables | None, rows: int, heads: int,
 
 
 def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_dim: int,
-                     batch: int, queries: int, context: float, roofline: Term) -> Term:
+                     batch: int, queries: int, context: float, roofline: Term,
+                     kv_dtype: str = BF16) -> Term:
     """Attention of ``batch`` requests, ``queries`` new tokens each (1 for plain decoding, the
-    verify width or the draft block when speculating), over their ``context`` cached tokens, on
-    one rank holding ``heads`` query heads and ``kv_heads`` KV heads (0: MLA's shared latent).
+    verify width or the draft block when speculating), over their ``context`` tokens cached in
+    ``kv_dtype`` (``timed_kv``), on one rank holding ``heads`` query heads and ``kv_heads`` KV
+    heads (0: MLA's shared latent).
 
     The tables time one query token a request. Several queries of one request share its K/V
     exactly as several query heads of a KV head do, and decode kernels fold them the same way
@@ -135,11 +139,26 @@ def decode_attention(node: Node, layers: int, heads: int, kv_heads: int, head_di
     if t is None:
         return roofline
     if kv_heads == 0:
-        return _per_layer(t.mla_generation_ms(batch, rows, kv_len), layers, roofline)
-    ms = t.attention_generation_ms(batch, rows, kv_heads, head_dim, kv_len)
+        return _per_layer(timed_kv(lambda kv: t.mla_generation_ms(batch, rows, kv_len, kv),
+                                   kv_dtype), layers, roofline)
+    ms, source = timed_kv(lambda kv: t.attention_generation_ms(batch, rows, kv_heads, head_dim,
+                                                                kv_len, kv), kv_dtype)
     if ms is not None:  # QK and PV: 2 FLOPs a multiply-add, 2 products a cached position
         ms = max(ms, node.compute_ms(4.0 * batch * rows * kv_len * head_dim, math.inf))
-    return _per_layer(ms, layers, roofline)
+    return _per_layer((ms, source), layers, roofline)
+
+
+def timed_kv(lookup: Callable[[str], float | None], kv_dtype: str) -> tuple[float | None, str]:
+    """An attention lookup (by the tables' KV cache type: bfloat16, fp8) for a ``kv_dtype``
+    cache, and its source. Where the tables time no cache of that type, the bf16 cache's time
+    stands in (source BF16_KV): across the GPUs and engines timed, an 8-bit cache's kernel
+    runs anywhere from twice as fast as the bf16 one (long contexts, large batches) to several
+    times slower (some engines' MLA kernels), so the 8-bit cache is credited with its capacity
+    (memory.py) and not with a guessed kernel speed."""
+    ms = lookup(kv_dtype)
+    if ms is None and kv_dtype != BF16:
+        return lookup(BF16), BF16_KV
+    return ms, MEASURED
 
 
 # The weight matrices of an MLA block that vLLM's MLA module tables time with its attention.
@@ -149,7 +168,7 @@ _SHORTEST_CONTEXT = 2  # the module tables' first cached length: a block with ne
 
 
 def mla_block(node: Node, m: ModelArch, heads: int, batch: int, rows: int, queries: int,
-              context: float, prompt: bool, dcp: int = 1) -> Term | None:
+              context: float, prompt: bool, dcp: int = 1, kv_dtype: str = BF16) -> Term | None:
     """vLLM's MLA blocks (MLA_BLOCK_LINEARS and the absorbed attention) of every attention
     layer on a rank of ``heads`` heads, from its MLA module tables, where they time this
     model's block (DeepSeek-V3's geometry, any head count); None elsewhere. Decode: ``batch``
@@ -158,19 +177,26 @@ def mla_block(node: Node, m: ModelArch, heads: int, batch: int, rows: int, queri
     next to no KV (its GEMMs and fixed cost, once a row) plus what the context adds for
     ``batch`` requests (each request's KV read once for all its queries). Under decode context
     parallelism a rank attends for the heads of ``dcp`` ranks over a ``dcp``-th of the
-    context. ``prompt``: ``batch`` whole prompts of ``queries`` tokens."""
+    context. ``prompt``: ``batch`` whole prompts of ``queries`` tokens. ``kv_dtype``: the
+    cache's element type, as in ``decode_attention``."""
     t = node.kernels
     if t is None or t.engine != "vllm" or not _deepseek_mla(m):
         return None
     dtype = "fp8_block" if m.dense_weight_bits <= 8 else "bfloat16"
-    if prompt:
-        ms = t.mla_module_ms(batch, heads, queries, dtype, prompt=True)
-    else:
-        parts = (t.mla_module_ms(rows, heads, _SHORTEST_CONTEXT, dtype),
-                 t.mla_module_ms(batch, heads * dcp, context / dcp + queries, dtype),
-                 t.mla_module_ms(batch, heads * dcp, _SHORTEST_CONTEXT, dtype))
-        ms = None if None in parts else parts[0] + parts[1] - parts[2]
-    return None if ms is None else Term(ms * m.num_attention_layers, MEASURED)
+
+    def module(rows: int, heads: int, length: float, kv: str) -> float | None:
+        return t.mla_module_ms(rows, heads, length, dtype, prompt, kv)
+
+    def block(kv: str) -> float | None:
+        if prompt:
+            return module(batch, heads, queries, kv)
+        parts = (module(rows, heads, _SHORTEST_CONTEXT, kv),
+                 module(batch, heads * dcp, context / dcp + queries, kv),
+                 module(batch, heads * dcp, _SHORTEST_CONTEXT, kv))
+        return None if None in parts else parts[0] + parts[1] - parts[2]
+
+    ms, source = timed_kv(block, kv_dtype)
+    return None if ms is None else Term(ms * m.num_attention_layers, source)
 
 
 def _deepseek_mla(m: ModelArch) -> bool:
@@ -185,21 +211,26 @@ def _deepseek_mla(m: ModelArch) -> bool:
 
 
 def prompt_attention(node: Node, layers: int, heads: int, kv_heads: int, head_dim: int,
-                     batch: int, prompt: int, roofline: Term) -> Term:
-    """Causal attention of ``batch`` whole prompts of ``prompt`` tokens each on one rank (the
-    context tables time a prompt without a cached prefix; a chunk that continues a longer
-    prompt is the roofline's)."""
+                     batch: int, prompt: int, roofline: Term, kv_dtype: str = BF16) -> Term:
+    """Causal attention of ``batch`` whole prompts of ``prompt`` tokens each on one rank, with
+    a ``kv_dtype`` cache (``timed_kv``; the context tables time a prompt without a cached
+    prefix; a chunk that continues a longer prompt is the roofline's)."""
     t = node.kernels
-    ms = t and (t.mla_context_ms(batch, heads, prompt) if kv_heads == 0 else
-                t.attention_context_ms(batch, heads, kv_heads, head_dim, prompt))
-    return _per_layer(ms, layers, roofline)
+    if t is None:
+        return roofline
+    return _per_layer(timed_kv(
+        lambda kv: t.mla_context_ms(batch, heads, prompt, kv) if kv_heads == 0
+        else t.attention_context_ms(batch, heads, kv_heads, head_dim, prompt, kv), kv_dtype),
+        layers, roofline)
 
 
-def _per_layer(ms: float | None, layers: int, roofline: Term) -> Term:
-    """One layer's measured time for every layer, or the roofline where none was measured."""
+def _per_layer(timed: tuple[float | None, str], layers: int, roofline: Term) -> Term:
+    """One layer's timed (time, source) for every layer, or the roofline where none was
+    timed."""
+    ms, source = timed
     if ms is None:
         return roofline
-    return Term(ms * layers, MEASURED, roofline.sol_ms)
+    return Term(ms * layers, source, roofline.sol_ms)
 
 
 def moe_dtypes(bits: float, fmt: str = "") -> tuple[str, ...]:

@@ -92,7 +92,8 @@ def test_every_knob_parses_back_under_its_tuning_name(which):
 
 @pytest.mark.parametrize("knob", [{"disable_custom_all_reduce": True},
                                   {"decode_context_parallel_size": 2},
-                                  {"cudagraph_mode": "PIECEWISE"}])
+                                  {"cudagraph_mode": "PIECEWISE"},
+                                  {"kv_cache_dtype": "fp8_e4m3"}])
 def test_engine_knobs_serve_has_no_counterpart_for_are_refused_by_name(knob):
     with pytest.raises(UnsupportedParams, match=f"cannot express {next(iter(knob))}="):
         render_command("dflash", LaunchParams(**knob), TARGET)

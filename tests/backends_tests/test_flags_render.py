@@ -131,3 +131,11 @@ def test_params_no_engine_accepts_are_invalid_params():
 def test_render_env_checks_the_version():
     with pytest.raises(ValueError, match="0.5.11-0.5.13"):
         render_env("sglang", GRAPHS_OFF, "0.4.0")
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_an_8_bit_kv_cache_is_one_flag_both_engines_spell_alike(engine):
+    for dtype in ("fp8_e4m3", "fp8_e5m2"):
+        argv = render_command(engine, LaunchParams(kv_cache_dtype=dtype), LaunchTarget("/m"))
+        assert argv[argv.index("--kv-cache-dtype") + 1] == dtype
+    assert "--kv-cache-dtype" not in render_command(engine, LaunchParams(), LaunchTarget("/m"))

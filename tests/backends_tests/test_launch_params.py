@@ -31,6 +31,7 @@ DDTREE = {"tp_size": 1, "speculative_algorithm": "ddtree", "speculative_dflash_b
     ({"nccl_proto": "ll128"}, "nccl_proto must be one of"),
     ({"nccl_p2p_level": "DISABLE"}, "nccl_p2p_level must be one of"),
     ({"cudagraph_mode": "FULL"}, "cudagraph_mode must be one of"),
+    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype must be one of"),
     ({"cudagraph_mode": "PIECEWISE", "cuda_graph": False}, "cudagraph_mode=PIECEWISE needs"),
 ])
 def test_what_no_engine_can_launch_never_parses(params, message):
@@ -104,3 +105,9 @@ def test_the_model_prices_measured_only_knobs_at_their_defaults():
     assert lp.priced() == LaunchParams(tp_size=4, dp_size=2, decode_context_parallel_size=2)
     assert "DCP2" in lp.label() and lp.label().endswith(
         "no-custom-ar NCCL_PROTO=LL128 NCCL_P2P_LEVEL=LOC")
+
+
+def test_an_8_bit_kv_cache_is_priced_and_named():
+    lp = LaunchParams(kv_cache_dtype="fp8_e4m3")
+    assert lp.priced() == lp and lp.non_default() == {"kv_cache_dtype": "fp8_e4m3"}
+    assert lp.label().endswith(" kv-fp8_e4m3") and "kv-" not in LaunchParams().label()

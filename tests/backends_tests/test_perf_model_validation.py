@@ -9,7 +9,6 @@ import yaml
 from backends.perf_model.acceptance import chain_acceptance, profile_for_length
 from backends.perf_model.backend import PerfModelBackend
 from backends.perf_model.calibrate import TTFT, compare
-from backends.perf_model.memory import kv_capacity_tokens
 from backends.perf_model.references import model_predictor
 from backends.perf_model.shipped import default_efficiency
 from backends.perf_model.references import (
@@ -75,8 +74,25 @@ def test_kimi_recipe_kv_capacity_is_what_vllm_logged():
     ref = load_reference(str(VALIDATION_DIR / "vllm_recipe_kimi_k2_thinking_h200.yaml"))
     backend = PerfModelBackend(ref.deployment)
     (check,) = ref.kv_checks
-    tokens = kv_capacity_tokens(backend.model, backend.drafter, check.launch, check.kv_pool_gib)
+    tokens = backend.kv_capacity(check.launch, check.kv_pool_gib)
     assert tokens == pytest.approx(check.tokens, rel=0.005)
+
+
+def test_the_fp8_kv_budgets_the_community_logged_are_what_the_model_plans():
+    """The rtx6kpro page's start-up KV budgets for Kimi-K2.6 on 8x RTX PRO 6000 (vLLM, FP8
+    cache, decode context parallelism 1-8, with and without the drafter, each at its memory
+    fraction): the model's pools hold within 11% of them. A bf16 cache holds half as many."""
+    from dataclasses import replace
+
+    ref = load_reference(str(VALIDATION_DIR / "rtx6kpro_kimi_k26_vllm_eagle3_pcie8.yaml"))
+    backend = PerfModelBackend(ref.deployment)
+    assert len(ref.kv_checks) == 8
+    for check in ref.kv_checks:
+        assert check.kv_pool_gib is None and check.launch.kv_cache_dtype == "fp8_e4m3"
+        tokens = backend.kv_capacity(check.launch)
+        assert tokens == pytest.approx(check.tokens, rel=0.11), check.name
+        bf16 = replace(check.launch, kv_cache_dtype="auto")
+        assert backend.kv_capacity(bf16) == pytest.approx(tokens / 2)
 
 
 @pytest.mark.parametrize("length, block", [(6.1, 10), (3.6, 8), (1.5, 16)])

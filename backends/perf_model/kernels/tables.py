@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from backends.perf_model.kernels.grid import Grid
 
 NCCL = "nccl"
+BF16 = "bfloat16"  # the tables' name of the KV cache's and attention's 16-bit element type
 
 
 @cache
@@ -49,6 +50,17 @@ def table_path(system: str, family: str, engine: str, file: str) -> Path | None:
 
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+# Rows the model leaves out, each contradicted by measurements of the engine on that GPU:
+# (system, engine, file, kv_cache_dtype) -> why. Lookups of them answer None, as for a shape no
+# table covers.
+CONTRADICTED = {
+    ("rtx_pro_6000_server", "vllm", "mla_generation_module_perf.parquet", "fp8"):
+        "vLLM's MLA decode block with an FP8 cache is timed at 10-17x its bf16 time, while "
+        "vLLM on 8x RTX PRO 6000 decoded Kimi K2.5 as fast with an FP8 cache as with bf16 "
+        "(Triton MLA, 79 and 78 tok/s: local-inference-lab/rtx6kpro benchmarks/results.md)",
+}
 
 
 @cache
@@ -82,8 +94,10 @@ class KernelTables:
     def _at(self, family: str, file: str, where: dict[str, object], axes: tuple[str, ...],
             point: tuple[float, ...], engine: str | None = None,
             held: tuple[int, ...] = ()) -> float | None:
-        path = table_path(self.system, family, engine or self.engine, file)
-        if path is None:
+        engine = engine or self.engine
+        path = table_path(self.system, family, engine, file)
+        if path is None or (self.system, engine, file,
+                            where.get("kv_cache_dtype")) in CONTRADICTED:
             return None
         grid = _grid(path, tuple(sorted(where.items())), axes)
         return grid.at(point, held) if grid is not None else None
@@ -120,13 +134,13 @@ class KernelTables:
         return total
 
     def mla_module_ms(self, batch: int, heads: int, length: float, gemm_dtype: str,
-                      prompt: bool = False) -> float | None:
+                      prompt: bool = False, kv_dtype: str = BF16) -> float | None:
         """vLLM's whole MLA block of one layer on one rank holding ``heads`` heads (its q and
         kv down projections, q up projection, absorbed attention and output projection, in
         ``gemm_dtype``), DeepSeek-V3's shape: ``batch`` single-token queries over ``length``
-        cached bf16 tokens each, or with ``prompt`` ``batch`` whole prompts of ``length``
-        tokens (FlashAttention's prefill)."""
-        where = {"kv_cache_dtype": "bfloat16", "gemm_type": gemm_dtype,
+        tokens cached in ``kv_dtype`` (bfloat16, fp8) each, or with ``prompt`` ``batch`` whole
+        prompts of ``length`` tokens (FlashAttention's prefill)."""
+        where = {"kv_cache_dtype": kv_dtype, "gemm_type": gemm_dtype,
                  "model": "deepseek-ai/DeepSeek-V3"}
         if prompt:
             where["kernel_source"] = "FLASH_ATTN"
@@ -134,23 +148,25 @@ class KernelTables:
         return self._at("mla", f"mla_{family}_module_perf.parquet", where,
                         ("num_heads", "batch_size", axis), (heads, batch, length))
 
-    def mla_generation_ms(self, batch: int, heads: int, context: float) -> float | None:
+    def mla_generation_ms(self, batch: int, heads: int, context: float,
+                          kv_dtype: str = BF16) -> float | None:
         """Absorbed MLA decode attention of one layer on one rank: ``batch`` queries of
-        ``heads`` heads (the rank's share) against ``context`` cached tokens each."""
-        return self._at("mla", "generation_mla_perf.parquet", {"kv_cache_dtype": "bfloat16"},
+        ``heads`` heads (the rank's share) against ``context`` tokens cached in ``kv_dtype``."""
+        return self._at("mla", "generation_mla_perf.parquet", {"kv_cache_dtype": kv_dtype},
                         ("num_heads", "batch_size", "step"), (heads, batch, context))
 
-    def mla_context_ms(self, batch: int, heads: int, prompt: int) -> float | None:
+    def mla_context_ms(self, batch: int, heads: int, prompt: int,
+                       kv_dtype: str = BF16) -> float | None:
         """MLA prompt attention of one layer on one rank: ``batch`` prompts of ``prompt``
         tokens each (causal, no cached prefix), ``heads`` heads (the rank's share)."""
-        return self._at("mla", "context_mla_perf.parquet", {"kv_cache_dtype": "bfloat16"},
+        return self._at("mla", "context_mla_perf.parquet", {"kv_cache_dtype": kv_dtype},
                         ("num_heads", "batch_size", "isl"), (heads, batch, prompt))
 
     def attention_context_ms(self, batch: int, heads: int, kv_heads: int, head_dim: int,
-                             prompt: int) -> float | None:
+                             prompt: int, kv_dtype: str = BF16) -> float | None:
         """GQA prompt attention of one layer on one rank (causal, no cached prefix)."""
         where = {"head_dim": head_dim, "num_key_value_heads": kv_heads,
-                 "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16", "window_size": 0}
+                 "kv_cache_dtype": kv_dtype, "attn_dtype": BF16, "window_size": 0}
         return self._at("attention", "context_attention_perf.parquet", where,
                         ("num_heads", "batch_size", "isl"), (heads, batch, prompt))
 
@@ -161,14 +177,14 @@ class KernelTables:
                         ("num_tokens", "num_heads"), (tokens, heads))
 
     def attention_generation_ms(self, batch: int, heads: int, kv_heads: int, head_dim: int,
-                                context: float) -> float | None:
+                                context: float, kv_dtype: str = BF16) -> float | None:
         """GQA decode attention of one layer on one rank: ``batch`` single-token queries of
-        ``heads`` heads over ``kv_heads`` KV heads, ``context`` cached bf16 tokens each. Query
-        heads past the widest timed hold its time: the kernel folds a KV head's query heads
-        into the rows of one tile that reads that head's cache once, so more of them add
-        FLOPs (the caller's to bound), not reads."""
+        ``heads`` heads over ``kv_heads`` KV heads, ``context`` tokens cached in ``kv_dtype``
+        each. Query heads past the widest timed hold its time: the kernel folds a KV head's
+        query heads into the rows of one tile that reads that head's cache once, so more of
+        them add FLOPs (the caller's to bound), not reads."""
         where = {"head_dim": head_dim, "num_key_value_heads": kv_heads,
-                 "kv_cache_dtype": "bfloat16", "window_size": 0}
+                 "kv_cache_dtype": kv_dtype, "window_size": 0}
         return self._at("attention", "generation_attention_perf.parquet", where,
                         ("num_heads", "batch_size", "step"), (heads, batch, context), held=(0,))
 

@@ -87,6 +87,7 @@ def check_sglang(argv: list[str]) -> dict:
         "graph_mode": None,  # SGLang has no graph modes: graphs on or off
         "graph_sizes": r["cuda_graph_bs_decode"] or [],
         "max_running": r["max_running_requests"],
+        "kv_cache": r["kv_cache_dtype"],
         "nccl": _nccl(),
     }
 
@@ -120,6 +121,7 @@ def check_vllm(argv: list[str]) -> dict:
         "graph_mode": "eager" if engine.enforce_eager else _mode(compile_),
         "graph_sizes": list(compile_.cudagraph_capture_sizes or []),
         "max_running": config.scheduler_config.max_num_seqs,
+        "kv_cache": config.cache_config.cache_dtype,
         "nccl": _nccl(),
     }
 

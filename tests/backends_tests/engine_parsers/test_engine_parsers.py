@@ -22,7 +22,8 @@ COVERED = {
 }
 BOTH = {"disable_custom_all_reduce": {False, True}, "nccl_proto": {None, "LL", "LL128", "Simple"},
         "nccl_p2p_level": {None, "LOC", "SYS"}, "speculative_algorithm": {"none", "dflash"},
-        "speculative_dflash_block_size": set(range(2, 9)), "cuda_graph": {True, False}}
+        "speculative_dflash_block_size": set(range(2, 9)), "cuda_graph": {True, False},
+        "kv_cache_dtype": {"auto", "fp8_e4m3"}}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,7 @@ def meaning(command: Emitted) -> dict:
         "custom_all_reduce_off": lp.disable_custom_all_reduce,
         "dcp": lp.decode_context_parallel_size,
         "max_running": lp.max_running_requests,
+        "kv_cache": lp.kv_cache_dtype,
         "nccl": {k: v for k, v in (("NCCL_PROTO", lp.nccl_proto),
                                    ("NCCL_P2P_LEVEL", lp.nccl_p2p_level)) if v is not None},
     }
