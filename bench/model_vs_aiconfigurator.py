@@ -20,6 +20,8 @@ How a point becomes a cli_estimate call:
   tp_size is the launch's; moe_ep_size its ep_size and moe_tp_size tp_size / ep_size (SGLang's
   --tp 8 --ep 4 shards each expert over 2 ranks of 4 groups; vLLM's --enable-expert-parallel is
   ep_size = tp_size).
+- An 8-bit KV cache (the launch's kv_cache_dtype) is its kvcache_quant_mode fp8; otherwise it
+  infers the cache type from the model, as it does by default.
 - Output throughput is the estimate's "tokens/s": the whole replica's output (its "tokens/s/gpu"
   is that over tp x pp x dp GPUs), in the unit of our observations (a deployment's output tok/s).
   It counts osl - 1 tokens a request (the first comes with the prefill): under 0.4% here.
@@ -84,6 +86,7 @@ from backends.perf_model.acceptance import (  # noqa: E402
 )
 from backends.perf_model.calibrate import (  # noqa: E402
     PEAK, PEAK_SECOND, SPEEDUP, Observation, compare)
+from backends.perf_model.constants import KV_TABLE_DTYPE  # noqa: E402
 from backends.perf_model.references import Reference, model_predictor  # noqa: E402
 from backends.perf_model.references import validation_sources  # noqa: E402
 from backends.perf_model.shipped import default_efficiency  # noqa: E402
@@ -174,6 +177,7 @@ class Call:
     moe_ep: int
     nextn: int = 0
     accepted: float | None = None
+    kv_cache: str | None = None  # its KV cache quantisation (None: inferred from the model)
 
 
 @dataclass(slots=True, frozen=True)
@@ -233,7 +237,7 @@ class AIConfigurator:
             r = self._api.cli_estimate(
                 c.model, c.system, mode="agg", backend_name=c.engine, isl=c.isl, osl=c.osl,
                 batch_size=c.batch, tp_size=c.tp, moe_tp_size=c.moe_tp, moe_ep_size=c.moe_ep,
-                nextn=c.nextn, nextn_accepted=c.accepted)
+                nextn=c.nextn, nextn_accepted=c.accepted, kvcache_quant_mode=c.kv_cache)
         except RuntimeError as err:  # its OOM verdict, or a refusal
             text = str(err)
             return Estimate(failure="out of memory" if text.startswith("OOM") else text[:120])
@@ -274,7 +278,8 @@ def mapped_call(aic: AIConfigurator, src: Reference, launch: LaunchParams, level
         accepted = round(min(max(mean - 1.0, 0.0), nextn), 4)
     call = Call(aic.model_path(MODELS[d.model]), system, d.engine, src.workload.input_len,
                 src.workload.output_len, min(level, launch.max_running_requests),
-                launch.tp_size, launch.tp_size // launch.ep_size, launch.ep_size, nextn, accepted)
+                launch.tp_size, launch.tp_size // launch.ep_size, launch.ep_size, nextn, accepted,
+                None if launch.kv_cache_dtype == "auto" else KV_TABLE_DTYPE[launch.kv_cache_dtype])
     return call, approx
 
 
