@@ -184,8 +184,8 @@ def mla_block(node: Node, m: ModelArch, heads: int, batch: int, rows: int, queri
         return None
     dtype = "fp8_block" if m.dense_weight_bits <= 8 else "bfloat16"
 
-    def module(rows: int, heads: int, length: float, kv: str) -> float | None:
-        return t.mla_module_ms(rows, heads, length, dtype, prompt, kv)
+    def module(queries_timed: int, heads_timed: int, length: float, kv: str) -> float | None:
+        return t.mla_module_ms(queries_timed, heads_timed, length, dtype, prompt, kv)
 
     def block(kv: str) -> float | None:
         if prompt:
