@@ -265,8 +265,8 @@ def _attention_roofline(node: Node, layers: int, kv_bytes_layer: int, kv_heads: 
         share = 1.0 / tp
     else:  # MLA's latent (kv_heads == 0) is replicated on every TP rank; GQA splits by head
         share = (1.0 / min(tp, kv_heads) if kv_heads else 1.0) / context_split
-    kv_bytes = batch * context * layers * kv_bytes_layer * share * C.KV_CACHE_SCALE[
-        lp.kv_cache_dtype]
+    scale = C.KV_CACHE_SCALE[lp.kv_cache_dtype]  # an 8-bit cache: half the bytes
+    kv_bytes = batch * context * layers * kv_bytes_layer * share * scale
     flops = tokens * context * layers * flops_per_ctx_layer / tp
     # Attention tiles over heads and context, not over the step's rows: no small-shape penalty.
     ms = max(node.mem_ms(kv_bytes), node.compute_ms(flops, math.inf))

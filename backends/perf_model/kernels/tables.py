@@ -71,9 +71,10 @@ def _columns(path: Path) -> dict[str, np.ndarray]:
 
 
 @cache
-def _grid(path: Path, where: tuple[tuple[str, object], ...],
-          axes: tuple[str, ...]) -> Grid | None:
-    """The grid over ``axes`` of the rows of ``path`` whose columns equal ``where``."""
+def rows_grid(path: Path, where: tuple[tuple[str, object], ...],
+              axes: tuple[str, ...]) -> Grid | None:
+    """The grid over ``axes`` of the rows of ``path`` whose columns equal ``where`` (every row
+    of the file: CONTRADICTED is the lookups' to apply)."""
     cols = _columns(path)
     keep = np.ones(len(cols["latency"]), dtype=bool)
     for column, value in where:
@@ -99,7 +100,7 @@ class KernelTables:
         if path is None or (self.system, engine, file,
                             where.get("kv_cache_dtype")) in CONTRADICTED:
             return None
-        grid = _grid(path, tuple(sorted(where.items())), axes)
+        grid = rows_grid(path, tuple(sorted(where.items())), axes)
         return grid.at(point, held) if grid is not None else None
 
     def gemm_ms(self, m: int, n: int, k: int, dtype: str) -> float | None:
