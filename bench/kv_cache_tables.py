@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import arguments, host_line, save_json, table  # noqa: E402
 
 from backends.perf_model.kernels.tables import (  # noqa: E402
-    CONTRADICTED,
+    contradicted,
     rows_grid,
     table_path,
 )
@@ -60,7 +60,8 @@ def cell(system: str, spec: tuple) -> str:
     found = ratios(system, family, engine, file, where, heads)
     if found is None:
         return "not timed"
-    left_out = " (left out)" * ((system, engine, file, "fp8") in CONTRADICTED)
+    fp8_rows = {**where, "kv_cache_dtype": "fp8"}
+    left_out = " (left out)" * bool(contradicted(system, engine, file, fp8_rows))
     return f"{min(found):.2f}-{max(found):.2f}{left_out}"
 
 

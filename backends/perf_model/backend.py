@@ -42,7 +42,8 @@ class PerfModelBackend(Backend):
         measured = deployment.measured_kernels
         self.node = Node(hw, efficiency or default_efficiency(deployment.gpu, deployment.engine,
                                                               measured),
-                         tables_for(hw.measured_system, deployment.engine) if measured else None)
+                         tables_for(hw.measured_system, deployment.engine) if measured else None,
+                         deployment.engine)
         self.model = load_model(deployment.model)
         spec = deployment.drafter
         self.drafter = spec and drafter_arch(

@@ -14,11 +14,13 @@ from backends.perf_model.kernels.tables import KernelTables
 @dataclass(slots=True, frozen=True)
 class Node:
     """``kernels``: the measured tables of this GPU under the deployment's engine (None: every
-    term is a roofline, from the datasheet and the fitted efficiencies)."""
+    term is a roofline, from the datasheet and the fitted efficiencies). ``engine``: the
+    deployment's engine (sglang, vllm, dflash), whose code paths a step follows (streams.py)."""
 
     hw: Hardware
     eff: Efficiency
     kernels: KernelTables | None = None
+    engine: str = "sglang"
 
     @property
     def nvlink(self) -> bool:

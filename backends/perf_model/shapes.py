@@ -15,6 +15,7 @@ from typing import Any
 
 COLUMN, ROW, REPLICATED = "column", "row", "replicated"
 BF16, FP8 = "bfloat16", "fp8"
+SHARED_EXPERT = "shared_expert"  # the name prefix of a MoE layer's shared-expert linears
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,7 +59,7 @@ def target_linears(c: dict[str, Any], dense_bits: float) -> tuple[Linear, ...]:
     out += _mlp("dense_mlp", hidden, inter, dense_layers, dtype)
     n_shared = c.get("n_shared_experts") or c.get("num_shared_experts") or 0
     shared = n_shared * c.get("moe_intermediate_size", 0)
-    out += _mlp("shared_expert", hidden, shared, layers - dense_layers, dtype)
+    out += _mlp(SHARED_EXPERT, hidden, shared, layers - dense_layers, dtype)
     latent = c.get("routed_expert_hidden_size") or 0
     if latent and experts:  # replicated on every rank, as the engines run them
         out += [Linear("latent_down", latent, hidden, layers - dense_layers, REPLICATED, dtype),

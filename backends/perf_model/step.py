@@ -21,8 +21,11 @@ from backends.perf_model.catalog import ModelArch
 from backends.perf_model.node import Node
 from backends.perf_model.routing import busiest_rank_experts
 from backends.perf_model.routing import ep_load_imbalance
+from backends.perf_model.shapes import SHARED_EXPERT
 from backends.perf_model.terms import FITTED, MLA_BLOCK_LINEARS, ROOFLINE, Term
-from backends.perf_model.terms import collective, decode_attention, experts, mla_block
+from backends.perf_model.streams import shared_expert_beside_routed
+from backends.perf_model.terms import collective, concurrent, decode_attention, experts
+from backends.perf_model.terms import mla_block
 from backends.perf_model.terms import fitted, gemms, linear_attention, prompt_attention, total
 from backends.perf_model.traffic import Collectives
 from backends.perf_model.traffic import context_parallel_collectives, target_collectives
@@ -35,7 +38,7 @@ class Forward:
     """Per-GPU time of one forward pass, by component (ms)."""
 
     gemm: Term  # the dense (non-expert) GEMMs, LM head included
-    moe: Term  # the routed experts
+    moe: Term  # the routed experts (and the shared expert where it runs beside them)
     attention: Term
     comm: Term
     small_kernels: Term  # the layers' non-GEMM kernels (Efficiency.kernel_fixed_us each)
@@ -77,12 +80,16 @@ def target_forward(node: Node, m: ModelArch, lp: LaunchParams, batch: int, token
         gemm, moe = _weights_roofline(node, m, lp, tokens)
     else:
         # The dense GEMMs outside and inside an MLA block (which vLLM's tables time whole).
-        gemm = gemms(node, tuple(x for x in m.linears if x.name not in MLA_BLOCK_LINEARS),
-                     rank_rows, dense_tp)
+        dense = tuple(x for x in m.linears if x.name not in MLA_BLOCK_LINEARS)
         block_gemm = gemms(node, tuple(x for x in m.linears if x.name in MLA_BLOCK_LINEARS),
                            rank_rows, dense_tp)
         moe = experts(node, m, tokens, tp, ep,
                       lambda skew: _moe_roofline(node, m, lp, tokens, skew))
+        if shared_expert_beside_routed(node.engine, m, lp, tokens, use_graph):
+            shared = tuple(x for x in dense if x.name.startswith(SHARED_EXPERT))
+            dense = tuple(x for x in dense if x not in shared)
+            moe = concurrent(moe, gemms(node, shared, rank_rows, dense_tp))
+        gemm = gemms(node, dense, rank_rows, dense_tp)
     rank_batch = math.ceil(batch / tp) if dp_attention else batch
     heads = m.num_heads if dp_attention else max(1, m.num_heads // tp)
     kv_heads = m.kv_heads if dp_attention or not m.kv_heads else max(1, m.kv_heads // tp)

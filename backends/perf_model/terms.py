@@ -68,9 +68,19 @@ def total(terms: Iterable[Term]) -> Term:
     """Several terms as one: their times and speeds of light add; the sources of the nonzero
     ones are joined ("measured+fitted")."""
     terms = list(terms)
-    sources = sorted({part for t in terms if t.ms for part in t.source.split("+")})
-    return Term(sum(t.ms for t in terms), "+".join(sources) or MEASURED,
-                sum(t.sol_ms for t in terms))
+    return Term(sum(t.ms for t in terms), _sources(terms), sum(t.sol_ms for t in terms))
+
+
+def concurrent(a: Term, b: Term) -> Term:
+    """Two terms on two CUDA streams at once: the longer of them, but never faster than both
+    together at the speed of light (they share the memory and the SMs)."""
+    sol = a.sol_ms + b.sol_ms
+    return Term(max(a.ms, b.ms, sol), _sources([a, b]), sol)
+
+
+def _sources(terms: list[Term]) -> str:
+    return "+".join(sorted({part for t in terms if t.ms for part in t.source.split("+")})) \
+        or MEASURED
 
 
 def fitted(ms: float) -> Term:

@@ -43,8 +43,8 @@ def k3():
 
 def _b300(engine: str = "sglang") -> Node:
     hw = load_hardware("b300-sxm")
-    return Node(hw, default_efficiency(hw.name, engine, True), tables_for(hw.measured_system,
-                                                                           engine))
+    return Node(hw, default_efficiency(hw.name, engine, True),
+                tables_for(hw.measured_system, engine), engine)
 
 
 def test_k3_has_24_attention_layers_69_kda_layers_and_latent_experts(k3):

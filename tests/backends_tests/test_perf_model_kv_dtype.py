@@ -12,7 +12,7 @@ import pytest
 from backends.launch_params import LaunchParams
 from backends.perf_model.catalog import load_hardware, load_model
 from backends.perf_model.constants import Efficiency
-from backends.perf_model.kernels.tables import CONTRADICTED, KernelTables, tables_for
+from backends.perf_model.kernels.tables import KernelTables, contradicted, tables_for
 from backends.perf_model.memory import kv_capacity_tokens, plan_memory
 from backends.perf_model.node import Node
 from backends.perf_model.step import target_forward
@@ -24,7 +24,8 @@ BF16 = LaunchParams(tp_size=8)
 
 def _node(gpu: str, engine: str | None) -> Node:
     hw = load_hardware(gpu)
-    return Node(hw, Efficiency(), engine and tables_for(hw.measured_system, engine))
+    return Node(hw, Efficiency(), engine and tables_for(hw.measured_system, engine),
+                engine or "sglang")
 
 
 def test_an_fp8_cache_holds_twice_the_tokens_and_runs_more_requests():
@@ -79,8 +80,8 @@ def test_contradicted_rows_are_left_out_and_the_step_says_what_stood_in():
     equal speeds) are never read: the block is the bf16 cache's; the H200's are read."""
     kimi = load_model("kimi-k2.6")
     rtx = KernelTables("rtx_pro_6000_server", "vllm")
-    assert ("rtx_pro_6000_server", "vllm", "mla_generation_module_perf.parquet",
-            "fp8") in CONTRADICTED
+    assert contradicted("rtx_pro_6000_server", "vllm", "mla_generation_module_perf.parquet",
+                        {"kv_cache_dtype": "fp8"})
     assert rtx.mla_module_ms(8, 8, 4096, "bfloat16", kv_dtype="fp8") is None
     assert rtx.mla_module_ms(8, 8, 4096, "bfloat16") is not None
     assert KernelTables("h200_sxm", "vllm").mla_module_ms(8, 16, 4096, "fp8_block",

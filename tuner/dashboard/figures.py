@@ -21,7 +21,7 @@ from tuner.dashboard.roofline import Roofline
 
 COLORS = dict(zip(FAMILIES, ("#636efa", "#1f2a8a", "#ef553b", "#a3270f", "#00a67e", "#00614a"),
                   strict=True))
-COMPONENTS = {"gemm": "dense GEMMs", "moe": "routed experts", "attention": "attention",
+COMPONENTS = {"gemm": "dense GEMMs", "moe": "experts", "attention": "attention",
               "linear_attention": "linear attention",
               "comm": "communication", "small_kernels": "small kernels",
               "ep_dispatch": "expert-parallel overhead", "draft": "drafter",
