@@ -44,11 +44,11 @@ def shared_expert_beside_routed(engine: str, m: ModelArch, lp: LaunchParams, tok
         return True
     if engine == "sglang":
         latent_moe = bool(m.expert_hidden) and m.expert_hidden != m.hidden
-        return use_graph and not latent_moe and not sglang_fuses_shared_expert(m, lp)
+        return use_graph and not latent_moe and not _sglang_fuses_shared_expert(m, lp)
     return False
 
 
-def sglang_fuses_shared_expert(m: ModelArch, lp: LaunchParams) -> bool:
+def _sglang_fuses_shared_expert(m: ModelArch, lp: LaunchParams) -> bool:
     """SGLang runs the shared expert as one more routed expert inside the MoE kernel."""
     weight_only_int4 = m.expert_weight_bits <= 4.5 and not m.expert_format
     return ((m.architecture, m.num_experts) == _SGLANG_FUSED_LAYOUT

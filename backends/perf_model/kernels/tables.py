@@ -79,12 +79,13 @@ CONTRADICTED = (
         system="rtx_pro_6000_server"),
     Contradicted(
         "vllm", "gemm_perf.parquet", "gemm_dtype", "fp8_block",
-        "vLLM's block-scaled FP8 GEMMs are timed with a floor the shape does not move: 56 us "
-        "on the H100 and H200, 150-575 us on the RTX PRO 6000, L40S and Blackwell systems, "
-        "for GEMMs SGLang's rows of the same GPUs time at 4-6 us; vLLM's own MLA-block rows, "
+        "vLLM's block-scaled FP8 GEMMs are timed with a floor the shape does not move (the "
+        "median one-row GEMM up to 1,024 x 1,024: 60-61 us on the H100 and H200, 170-575 us on "
+        "the RTX PRO 6000, L40S and Blackwell systems), where SGLang's FP8 rows of the same "
+        "GPUs time 4-7 us; vLLM's own MLA-block rows, "
         "three such GEMMs each, are as fast with them as with bf16; and DeepSeek-R1 FP8 on "
         "8x H200 under vLLM decodes a token in 15.85 ms (vllm-project/recipes "
-        "DeepSeek-V3.md), under the 20 ms its 360 dense GEMMs a step would take at the "
+        "DeepSeek-V3.md), under the 20 ms and more its ~360 dense GEMMs a step would take at the "
         "H200's floor alone"),
 )
 
