@@ -41,6 +41,7 @@ from tuner import records
 from tuner import study as study_mod
 from tuner.config import Config
 from tuner.config import StudyConfig
+from tuner.config import TuningConfig
 from tuner.runner import run_study
 from tuner.selection import candidates
 from tuner.wiring import backend_from
@@ -120,7 +121,9 @@ def run_one(label: str, seed: int, trials: int, tmp: str) -> list[records.TrialR
     tag = f"{list(VARIANTS).index(label)}-{seed}"  # a fresh DB and study per run
     study = StudyConfig(name=f"bench-{tag}", sampler=variant.sampler, seed=seed,
                         storage=f"sqlite:///{tmp}/{tag}.db", n_trials=trials)
-    cfg = Config(study=study, search_space=_space_file(variant, tmp))
+    # The sampler alone: no level walks after its trials.
+    cfg = Config(study=study, search_space=_space_file(variant, tmp),
+                 tuning=TuningConfig(level_search=False))
     original = study_mod.make_sampler
     if variant.factory is not None:  # open_study looks make_sampler up at call time
         study_mod.make_sampler = lambda _name, s: variant.factory(seed=s)

@@ -25,6 +25,7 @@ from tuner import stats
 from tuner.config import Config
 from tuner.crossover import Crossover
 from tuner.crossover import crossover
+from tuner.crossover import engine_measured
 from tuner.crossover import envelopes
 from tuner.errors import NoResultError
 from tuner.errors import StorageError
@@ -197,7 +198,8 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
                       measured_only=_measured_only(lp, measured_kernels(run_cfg)),
                       predicted_only=_predicted_only(lp, trials),
-                      crossover=crossover(envelopes(trials)))
+                      crossover=crossover(envelopes(trials),
+                                          target if engine_measured(trials) else None))
 
 
 def _measured_only(launch: LaunchParams | None, measured_kernels: bool) -> dict[str, Any]:

@@ -246,6 +246,10 @@ class TuningConfig(_Section):
     noise_prior: float = Field(0.2, ge=0.0)  # relative SD assumed before repeats show it
     # Requests per level: short windows search the SLA limit, a long one measures the winner.
     long_window_factor: float = Field(4.0, ge=1.0)
+    # The performance model: after the sampled trials, each family's best configuration at each
+    # concurrency level is walked through single-knob changes, so that the crossover `best`
+    # shows does not depend on what the sampler happened to try (tuner/level_search.py).
+    level_search: bool = True
     gates: GatesConfig = GatesConfig()
 
 

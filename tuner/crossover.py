@@ -30,40 +30,69 @@ class Crossover:
     speedup: list[float | None]  # best speculative / best AR output tok/s, per level
     stops_at: int | None  # first level from which speculation no longer beats AR
     note: str
+    caveat: str = ""  # what the levels do not show, if anything
 
     def line(self) -> str:
-        """``1: 1.85x · 4: 0.98x ...; <note>``, or the note alone."""
+        """``1: 1.85x · 4: 0.98x ...; <note> (<caveat>)``, or the note alone."""
         shown = " · ".join(f"{c}: {s:.2f}x" for c, s in zip(self.levels, self.speedup,
                                                               strict=True) if s is not None)
-        return f"{shown}; {self.note}" if shown else self.note
+        said = f"{self.note} ({self.caveat})" if self.caveat else self.note
+        return f"{shown}; {said}" if shown else said
 
     def as_dict(self) -> dict[str, Any]:
         return {"by_concurrency": [{"concurrency": c, "speedup": s} for c, s
                                    in zip(self.levels, self.speedup, strict=True)],
-                "stops_paying_at": self.stops_at, "note": self.note}
+                "stops_paying_at": self.stops_at, "note": self.note, "caveat": self.caveat}
 
 
 def envelopes(trials: Iterable[TrialRecord]) -> dict[str, dict[int, float]]:
     """Per family, the best output tok/s any of its configurations reached at each level (a
     configuration measured more than once by the median of its runs): what the family can do
     at that load, whichever of its configurations you would pick there."""
-    runs: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for t in trials:
-        if not t.ok or t.launch is None:
-            continue
-        levels = runs.setdefault((family_of(t.launch), config_key(t.params)), defaultdict(list))
-        for level, m in t.measurements.items():
-            if m.get("output_tok_s") is not None:
-                levels[level].append(m["output_tok_s"])
     best: dict[str, dict[int, float]] = {}
-    for (family, _), levels in runs.items():
-        curve = best.setdefault(family, {})
-        for level, values in levels.items():
-            curve[level] = max(curve.get(level, 0.0), statistics.median(values))
+    for family, _, curve in configuration_curves(trials):
+        envelope = best.setdefault(family, {})
+        for level, value in curve.items():
+            envelope[level] = max(envelope.get(level, 0.0), value)
     return {f: dict(sorted(best[f].items())) for f in FAMILIES if f in best}
 
 
-def crossover(curves: dict[str, dict[int, float]]) -> Crossover:
+def configuration_curves(trials: Iterable[TrialRecord]
+                         ) -> list[tuple[str, dict[str, Any], dict[int, float]]]:
+    """(family, params, output tok/s per level) of each configuration with a successful trial,
+    a configuration measured more than once by the median of its runs at each level."""
+    runs: dict[str, tuple[str, dict[str, Any], dict[int, list[float]]]] = {}
+    for t in trials:
+        if not t.ok or t.launch is None:
+            continue
+        _, _, levels = runs.setdefault(config_key(t.params),
+                                       (family_of(t.launch), t.params, defaultdict(list)))
+        for level, m in t.measurements.items():
+            if m.get("output_tok_s") is not None:
+                levels[level].append(m["output_tok_s"])
+    return [(family, params, {level: statistics.median(v) for level, v in levels.items()})
+            for family, params, levels in runs.values()]
+
+
+def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None) -> Crossover:
+    """Best speculative over best plain output rate per level. ``sampled_for``: the target
+    concurrency of a study whose configurations were chosen for that level alone (a real
+    engine's: :mod:`tuner.level_search` searches every level only on the performance model),
+    which the note then says."""
+    cross = _crossover(curves)
+    if sampled_for is not None and len(cross.levels) > 1:
+        cross.caveat = (f"levels other than {sampled_for} show what configurations chosen for "
+                        f"{sampled_for} reached there, not a search of each")
+    return cross
+
+
+def engine_measured(trials: Iterable[TrialRecord]) -> bool:
+    """Whether a real engine measured any of ``trials`` (not the performance model)."""
+    return any(not row.get("predicted", True) for t in trials if t.ok
+               for row in t.measurements.values())
+
+
+def _crossover(curves: dict[str, dict[int, float]]) -> Crossover:
     ar = best_of(curves, spec=False)
     spec = best_of(curves, spec=True)
     levels = sorted(set(ar) & set(spec))

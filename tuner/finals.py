@@ -18,6 +18,7 @@ from tuner import records
 from tuner.config import Config
 from tuner.selection import Ranking
 from tuner.selection import candidates
+from tuner.study import measure_enqueued
 
 
 def owed_runs(rank: int, finalists: int, repeats: int) -> int:
@@ -48,8 +49,7 @@ def confirm_finalists(cfg: Config, study: optuna.Study, objective: Callable,
                  if c.runs < owed_runs(rank, t.finalists, t.repeats)]
         if not owing:
             break
-        study.enqueue_trial(owing[0].params)
-        study.optimize(objective, n_trials=1, catch=catch, gc_after_trial=False)
+        measure_enqueued(study, objective, owing[0].params, catch)
         launched += 1
         on_launch()
     return launched

@@ -12,6 +12,9 @@ from tuner.config import Config
 from tuner.errors import InfeasibleSpaceError
 from tuner.finals import confirm_finalists
 from tuner.interrupt import graceful_interrupt
+from tuner.level_search import LevelSearch
+from tuner.level_search import search_levels
+from tuner.level_search import walk_starts
 from tuner.objective import Objective
 from tuner.objective import TransientFailure
 from tuner.resume import check_space
@@ -46,11 +49,13 @@ def run_study(cfg: Config) -> int:
         limits=cfg.workload.limits, study_name=cfg.study.name, engine=claim.budget.engine,
         gate=None)
     confirm = not backend.predicts and cfg.tuning.repeats > 1
+    levels = LevelSearch(space, context, backend, objective.workload) if (
+        backend.predicts and cfg.tuning.level_search) else None
     if done >= n_trials:
         render.note(f"study {cfg.study.name!r} already has {done} trials "
                     f"(n_trials={n_trials}); raise --trials to run more")
-        if confirm:  # an interrupted run may have left finalists owing re-measurements
-            _confirm(cfg, study, objective)
+        # An interrupted run may have left finalists owing re-measurements, or levels unsearched.
+        _after_sampling(cfg, study, objective, confirm, levels)
         return 0
     if done:
         render.note(f"resuming study {cfg.study.name!r}: {done} trials kept, "
@@ -66,8 +71,7 @@ def run_study(cfg: Config) -> int:
                     "were rejected before measuring (recorded as invalid_config)")
     if claim.budget.measured() < n_trials:  # not interrupted: that raised on the way out
         raise InfeasibleSpaceError(_stopped_by_constraints(cfg, progress))
-    if confirm:
-        _confirm(cfg, study, objective)
+    _after_sampling(cfg, study, objective, confirm, levels)
     return progress.measured
 
 
@@ -79,6 +83,14 @@ def _stopped_by_constraints(cfg: Config, progress: Progress) -> str:
             f"({progress.rejected} rejected{worst}); loosen that constraint or fix the space")
 
 
+def _after_sampling(cfg: Config, study, objective: Objective, confirm: bool,
+                    levels: LevelSearch | None) -> None:
+    if confirm:
+        _confirm(cfg, study, objective)
+    if levels is not None:
+        _search_levels(cfg, study, objective, levels)
+
+
 def _confirm(cfg: Config, study, objective: Objective) -> None:
     with graceful_interrupt() as gate, render.trial_progress(
             cfg.tuning.finalists * cfg.tuning.repeats, 0, "finals") as update:
@@ -86,6 +98,17 @@ def _confirm(cfg: Config, study, objective: Objective) -> None:
         ran = confirm_finalists(cfg, study, objective, (TransientFailure,),
                                 lambda: gate.requested, lambda: update(None))
     render.note(f"{ran} finalist re-measurements in fresh launches")
+
+
+def _search_levels(cfg: Config, study, objective: Objective, search: LevelSearch) -> None:
+    trials = records.load_trials(objective.engine, cfg.study.name)
+    walks = len(walk_starts(trials))
+    with graceful_interrupt() as gate, render.trial_progress(walks, 0, "levels") as update:
+        objective.gate = gate
+        added = search_levels(search, study, objective, trials, (TransientFailure,),
+                              lambda: gate.requested, lambda: update(None))
+    render.note(f"{added} configurations added by searching each family's best at each "
+                "concurrency level")
 
 
 def _join_study(cfg: Config) -> Claim:

@@ -92,6 +92,14 @@ def enqueue_baseline(study: optuna.Study) -> None:
     study.enqueue_trial(BASELINE, skip_if_exists=True)
 
 
+def measure_enqueued(study: optuna.Study, objective: Callable, params: dict,
+                     catch: tuple[type[Exception], ...], **user_attrs: object) -> None:
+    """One trial of ``study`` measuring ``params`` (chosen by us, not by the sampler), with
+    ``user_attrs`` saying why."""
+    study.enqueue_trial(params, user_attrs=user_attrs)
+    study.optimize(objective, n_trials=1, catch=catch, gc_after_trial=False)
+
+
 @dataclass(slots=True)
 class Progress:
     """What the progress display needs after each measured trial."""

@@ -11,6 +11,7 @@ from cli_helpers import write_config
 from backends import Measurement
 from tuner import records
 from tuner.config import load_config
+from tuner.params import parse
 
 LEVELS = (1, 4, 128)
 
@@ -28,6 +29,15 @@ def trial(params: dict[str, Any], at_128: Measurement, single: float = 100.0,
     """A trial's params and levels: 1 and 4 from ``single`` tok/s per user, 128 as given."""
     gpus = params.get("tp_size", 8) * params.get("dp_size", 1)
     return params, [level(1, single, gpus=gpus), level(4, 3 * single, gpus=gpus), at_128], status
+
+
+def curve_trial(number: int, params: dict[str, Any], curve: dict[int, float],
+                status: str = "ok", predicted: bool = True) -> records.TrialRecord:
+    """A trial record of ``params`` with these output tok/s by level, as ``best`` loads it."""
+    return records.TrialRecord(
+        trial_number=number, backend="model", params=params, status=status, measured=True,
+        command="", env={}, log_excerpt="", launch=parse(params)[0],
+        measurements={c: {"output_tok_s": v, "predicted": predicted} for c, v in curve.items()})
 
 
 def make_study(folder: Path, trials: list[tuple[dict, list[Measurement], str]],

@@ -88,7 +88,8 @@ def test_best_says_where_speculation_stops_paying_in_its_table_and_record(tmp_pa
     assert record["speculation_vs_plain"] == {
         "by_concurrency": [{"concurrency": 1, "speedup": 1.5}, {"concurrency": 4, "speedup": 1.5},
                            {"concurrency": 128, "speedup": 0.9}],
-        "stops_paying_at": 128, "note": "speculation stops paying from concurrency 128"}
+        "stops_paying_at": 128, "note": "speculation stops paying from concurrency 128",
+        "caveat": ""}
 
 
 def test_schedule_and_best_agree_when_medians_across_running_caps_disagree(tmp_path):

@@ -4,29 +4,21 @@ each concurrency, a configuration measured several times by the median of its ru
 from __future__ import annotations
 
 import pytest
+from made_study import curve_trial
 
 from tuner.crossover import crossover
+from tuner.crossover import engine_measured
 from tuner.crossover import envelopes
-from tuner.params import parse
-from tuner.records import TrialRecord
 
 AR_TP = {"speculative_algorithm": "none", "tp_size": 8}
 DFLASH_TP = {"speculative_algorithm": "dflash", "tp_size": 8}
 DDTREE_EP = {"speculative_algorithm": "ddtree", "tp_size": 8, "ep_size": 8}
 
 
-def _trial(number: int, params: dict, curve: dict[int, float], status: str = "ok"
-           ) -> TrialRecord:
-    return TrialRecord(trial_number=number, backend="model", params=params, status=status,
-                       measured=True, command="", env={}, log_excerpt="",
-                       measurements={c: {"output_tok_s": v} for c, v in curve.items()},
-                       launch=parse(params)[0])
-
-
 def test_crossover_is_where_speculation_stops_beating_plain_decoding():
-    trials = [_trial(0, AR_TP, {1: 10, 16: 100, 128: 800}),
-              _trial(1, DFLASH_TP, {1: 30, 16: 150, 128: 700}),
-              _trial(2, DDTREE_EP, {1: 35, 16: 90, 128: 600})]
+    trials = [curve_trial(0, AR_TP, {1: 10, 16: 100, 128: 800}),
+              curve_trial(1, DFLASH_TP, {1: 30, 16: 150, 128: 700}),
+              curve_trial(2, DDTREE_EP, {1: 35, 16: 90, 128: 600})]
     curves = envelopes(trials)
     assert list(curves) == ["AR · TP", "DFlash · TP", "DDTree · EP"]
     cross = crossover(curves)
@@ -40,13 +32,13 @@ def test_crossover_is_where_speculation_stops_beating_plain_decoding():
 def test_a_level_lost_before_speculation_pays_again_is_named():
     """Block-8 DFlash on the reference node's measured kernels: the 4-request verify switches
     the INT4 MoE to a slower kernel, so that one level loses and the next wins again."""
-    dip = [_trial(0, AR_TP, {1: 80, 4: 260, 16: 400}),
-           _trial(1, DFLASH_TP, {1: 140, 4: 250, 16: 520})]
+    dip = [curve_trial(0, AR_TP, {1: 80, 4: 260, 16: 400}),
+           curve_trial(1, DFLASH_TP, {1: 140, 4: 250, 16: 520})]
     cross = crossover(envelopes(dip))
     assert cross.stops_at is None
     assert cross.note == "speculation beats plain decoding at every measured concurrency but 4"
-    late = dip + [_trial(2, {**AR_TP, "tp_size": 4}, {64: 700}),
-                  _trial(3, {**DFLASH_TP, "tp_size": 4}, {64: 650})]
+    late = dip + [curve_trial(2, {**AR_TP, "tp_size": 4}, {64: 700}),
+                  curve_trial(3, {**DFLASH_TP, "tp_size": 4}, {64: 650})]
     cross = crossover(envelopes(late))
     assert cross.stops_at == 64
     assert cross.note == "speculation stops paying from concurrency 64 (and loses at 4)"
@@ -54,21 +46,40 @@ def test_a_level_lost_before_speculation_pays_again_is_named():
 
 def test_a_configuration_measured_again_counts_by_its_median_not_its_luckiest_run():
     """Finalists are relaunched: taking any run's best would favour the family relaunched most."""
-    runs = [_trial(0, AR_TP, {1: 120}),
-            _trial(1, DFLASH_TP, {1: 100}), _trial(2, DFLASH_TP, {1: 300}),
-            _trial(3, DFLASH_TP, {1: 110}),
-            _trial(4, {**DFLASH_TP, "speculative_dflash_block_size": 4}, {1: 500}, "crash"),
-            _trial(5, {**DFLASH_TP, "ep_size": 3}, {1: 900})]  # 3 does not divide 8: no launch
+    runs = [curve_trial(0, AR_TP, {1: 120}),
+            curve_trial(1, DFLASH_TP, {1: 100}), curve_trial(2, DFLASH_TP, {1: 300}),
+            curve_trial(3, DFLASH_TP, {1: 110}),
+            curve_trial(4, {**DFLASH_TP, "speculative_dflash_block_size": 4}, {1: 500}, "crash"),
+            curve_trial(5, {**DFLASH_TP, "ep_size": 3}, {1: 900})]  # 3 does not divide 8: no launch
     curves = envelopes(runs)
     assert curves == {"AR · TP": {1: 120}, "DFlash · TP": {1: 110}}
     cross = crossover(curves)
     assert cross.stops_at == 1 and cross.note == "speculation never beats plain decoding here"
     assert cross.as_dict() == {"by_concurrency": [{"concurrency": 1, "speedup": 110 / 120}],
                                "stops_paying_at": 1,
-                               "note": "speculation never beats plain decoding here"}
+                               "note": "speculation never beats plain decoding here",
+                               "caveat": ""}
 
 
 def test_without_both_kinds_there_is_nothing_to_compare():
-    cross = crossover(envelopes([_trial(0, DFLASH_TP, {1: 30})]))
+    cross = crossover(envelopes([curve_trial(0, DFLASH_TP, {1: 30})]))
     assert cross.levels == [] and cross.stops_at is None
     assert cross.line() == "no successful plain (AR) configuration to compare with"
+
+
+def test_a_real_engines_levels_are_said_to_be_sampled_for_the_target_only():
+    """A measuring study launches configurations chosen for its target concurrency; its other
+    levels are not searched (tuner/level_search.py runs on the performance model only)."""
+    predicted = [curve_trial(0, AR_TP, {1: 10, 64: 500}),
+                 curve_trial(1, DFLASH_TP, {1: 30, 64: 450})]
+    measured = [curve_trial(t.trial_number, t.params, {1: 10 + t.trial_number, 64: 500},
+                            predicted=False) for t in predicted]
+    assert not engine_measured(predicted) and engine_measured(measured)
+    cross = crossover(envelopes(measured), sampled_for=64)
+    assert cross.caveat == ("levels other than 64 show what configurations chosen for 64 "
+                            "reached there, not a search of each")
+    assert cross.line().endswith(f"from concurrency 64 ({cross.caveat})")
+    assert crossover(envelopes(predicted)).caveat == ""
+    # One level is its own target: nothing to qualify.
+    assert crossover(envelopes([curve_trial(0, AR_TP, {64: 5}),
+                                curve_trial(1, DFLASH_TP, {64: 6})]), 64).caveat == ""

@@ -15,6 +15,9 @@ from cli_helpers import cli
 from cli_helpers import write_config
 from plain_space import write_plain_space
 
+from tuner.level_search import LEVEL_KEY
+from tuner.study import MEASURED_KEY
+
 
 @pytest.fixture(scope="module")
 def studied(tmp_path_factory) -> Path:
@@ -35,16 +38,24 @@ def _records(folder: Path) -> list[tuple]:
 
 
 def _optuna_states(folder: Path) -> list[str]:
-    study = optuna.load_study(study_name="pcie8-kimi-sglang",
-                              storage=f"sqlite:///{folder / 'results.db'}")
-    return [t.state.name for t in study.trials]
+    return [t.state.name for t in _optuna_trials(folder)]
+
+
+def _optuna_trials(folder: Path) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name="pcie8-kimi-sglang",
+                             storage=f"sqlite:///{folder / 'results.db'}").trials
+
+
+def _sampled(folder: Path) -> int:
+    """Measured trials the sampler proposed: the budget, without the level walks' ends."""
+    return sum(1 for t in _optuna_trials(folder)
+               if t.user_attrs.get(MEASURED_KEY) and LEVEL_KEY not in t.user_attrs)
 
 
 def test_run_records_every_trial_and_measures_the_baseline_first(studied):
     rows = _records(studied)
     assert [r[0] for r in rows] == list(range(len(rows)))
-    measured = [r for r in rows if r[3]]
-    assert len(measured) == 40  # n_trials counts what a backend measured
+    assert _sampled(studied) == 40  # n_trials counts what a backend measured
     assert json.loads(rows[0][2])["speculative_algorithm"] == "none" and rows[0][3]
     with sqlite3.connect(studied / "results.db") as db:
         levels = db.execute("select count(*) from dflash_tune_measurements "
@@ -155,7 +166,7 @@ def test_interrupted_run_keeps_finished_trials_and_resumes(tmp_path):
     result = cli("run", "--trials", str(measured + 3), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "resuming study" in result.stderr
-    assert sum(1 for r in _records(tmp_path) if r[3]) == measured + 3
+    assert _sampled(tmp_path) == measured + 3
 
 
 def _safe_records(folder: Path) -> list[tuple]:
@@ -304,8 +315,10 @@ def test_a_search_space_edited_in_place_is_refused_on_resume(tmp_path):
 
 def test_a_resumed_study_measures_no_configuration_twice(tmp_path):
     # A resume that reused the study's seed would replay the first run's samples one for one.
+    # The sampler's trials alone: the level walks never measure a configuration held already.
     space = write_plain_space(tmp_path)
-    write_config(tmp_path, study={"n_trials": 5}, search_space=str(space))
+    write_config(tmp_path, study={"n_trials": 5}, search_space=str(space),
+                 tuning={"level_search": False})
     assert cli("run", cwd=tmp_path).returncode == 0
     assert cli("run", "--trials", "10", cwd=tmp_path).returncode == 0
     measured = [r[2] for r in _records(tmp_path) if r[3]]

@@ -30,6 +30,9 @@ from tuner.study import MEASURED_KEY
 STUDY = "pcie8-kimi-sglang"
 N = 10
 FINISHED = {"COMPLETE", "PRUNED", "FAIL"}
+# Each level walk prices hundreds of configurations, every one slowed here: the budget is what
+# these tests count (the walks have tests/tuner_tests/test_level_search.py).
+NO_WALKS = {"level_search": False}
 
 
 def _worker(folder: Path, url: str, trials: int, delay_s: float) -> subprocess.Popen:
@@ -66,7 +69,7 @@ def _assert_exact(url: str, target: int) -> list[optuna.trial.FrozenTrial]:
 
 
 def _two_workers_share_the_budget(folder: Path, url: str) -> None:
-    write_config(folder)
+    write_config(folder, tuning=NO_WALKS)
     # Measurements slow enough that neither worker can finish the study before the other starts.
     workers = [_worker(folder, url, 2 * N, delay_s=0.25) for _ in range(2)]
     ran = [_finish(w)[0] for w in workers]
@@ -87,7 +90,8 @@ def test_two_sqlite_workers_finish_exactly_the_budget(tmp_path):
 
 def test_two_workers_on_one_seed_measure_different_configurations(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    write_config(tmp_path, search_space=str(write_plain_space(tmp_path)), study={"seed": 7})
+    write_config(tmp_path, search_space=str(write_plain_space(tmp_path)), study={"seed": 7},
+                 tuning=NO_WALKS)
     workers = [_worker(tmp_path, url, N, delay_s=0.25) for _ in range(2)]
     ran = [_finish(w)[0] for w in workers]
     assert sum(ran) == N and min(ran) > 0  # both sampled
@@ -101,7 +105,8 @@ def test_two_workers_on_one_seed_measure_different_configurations(tmp_path):
 
 def test_killed_workers_trial_is_failed_and_retried_by_another(pg, tmp_path):
     url, target = pg.create_database("killed_worker"), 4
-    write_config(tmp_path, study={"heartbeat_s": 1})  # stale after 2 s without a heartbeat
+    # Stale after 2 s without a heartbeat.
+    write_config(tmp_path, study={"heartbeat_s": 1}, tuning=NO_WALKS)
     victim = _worker(tmp_path, url, target, delay_s=600)  # every trial it starts hangs
     killed = running_trial_of(victim, url, STUDY)
     survivor = _worker(tmp_path, url, target, delay_s=0.1)

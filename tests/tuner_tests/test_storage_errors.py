@@ -83,7 +83,7 @@ def test_a_sqlite_file_with_other_tables_is_used_and_they_are_kept(tmp_path: Pat
     with sqlite3.connect(tmp_path / "results.db") as db:
         db.execute("create table notes (body text)")
         db.execute("insert into notes values ('keep me')")
-    write_config(tmp_path, study={"n_trials": 3})
+    write_config(tmp_path, study={"n_trials": 3}, tuning={"level_search": False})
     result = cli("run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(tmp_path / "results.db") as db:

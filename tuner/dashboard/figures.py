@@ -113,7 +113,11 @@ def concurrency(data: StudyData) -> Panel:
     fig.update_xaxes(title_text="concurrency", row=2, col=1)
     fig.update_yaxes(title_text="output tok/s", row=1, col=1)
     fig.update_yaxes(title_text="speedup", row=2, col=1)
-    return Panel(layout(fig, height=560, title=dict(text=esc(cross.note), font=dict(size=14))))
+    title, top = esc(cross.note), 40
+    if cross.caveat:  # a second, smaller line
+        title, top = f"{title}<br><sup>{esc(cross.caveat)}</sup>", 64
+    return Panel(layout(fig, height=560, title=dict(text=title, font=dict(size=14)),
+                        margin=dict(l=60, r=20, t=top, b=50)))
 
 
 def acceptance(data: StudyData) -> Panel:

@@ -1,0 +1,113 @@
+"""On the performance model, each family's best configuration searched at every concurrency.
+
+A study samples configurations for its target concurrency, so at the other levels a family's
+best (its envelope, from which `best` and the dashboard read where speculation stops paying:
+:mod:`tuner.crossover`) is whatever those samples happened to reach there, which depends on
+the sampler's seed. The model prices one configuration at one level in a millisecond or two,
+so after the sampled trials each family's best at each level walks through
+single-parameter changes that keep its family (algorithm and layout), climbing that level's
+output rate; a walk that ends on a configuration the study does not hold yet has it measured
+as one more trial, so every envelope point is a recorded trial. A measuring backend is not
+searched this way (its levels cost launches): `best` says so under the crossover.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import Any
+
+import optuna
+
+from backends import Backend
+from backends import Workload
+from search_spaces import SearchSpace
+from tuner import records
+from tuner.crossover import configuration_curves
+from tuner.crossover import family_of
+from tuner.params import parse
+from tuner.selection import config_key
+from tuner.study import measure_enqueued
+
+# Single-parameter steps one walk takes at most; it stops sooner where no step helps.
+MAX_STEPS = 16
+# Trial user attribute of a walk's end: the concurrency level it was searched for.
+LEVEL_KEY = "searched_level"
+
+
+@dataclass(slots=True)
+class LevelSearch:
+    """Walks at one level at a time, each configuration priced at a level once."""
+
+    space: SearchSpace
+    context: dict[str, Any]
+    backend: Backend
+    workload: Workload
+    _priced: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def output_tok_s(self, params: dict[str, Any], level: int) -> float:
+        """The backend's output tok/s of ``params`` at ``level`` (0 where it fails)."""
+        key = (config_key(params), level)
+        if key not in self._priced:
+            self._priced[key] = self._measure(params, level)
+        return self._priced[key]
+
+    def climb(self, params: dict[str, Any], level: int) -> dict[str, Any]:
+        """Best-improvement steps from ``params`` through single-parameter changes that keep
+        its family, on the output rate at ``level``; the configuration where no step helps."""
+        family = _family(params)
+        rng = random.Random(f"{level}/{config_key(params)}")
+        value = self.output_tok_s(params, level)
+        for _ in range(MAX_STEPS):
+            steps = [n for n in self.space.neighbours(params, self.context, rng)
+                     if _family(n) == family]
+            best = max(steps, key=lambda n: self.output_tok_s(n, level), default=None)
+            if best is None or self.output_tok_s(best, level) <= value:
+                break
+            params, value = best, self.output_tok_s(best, level)
+        return params
+
+    def _measure(self, params: dict[str, Any], level: int) -> float:
+        launch, _ = parse(params)
+        if launch is None:
+            return 0.0
+        rows = self.backend.measure(launch, replace(self.workload, concurrency=(level,)))
+        return next((m.output_tok_s for m in rows if m.ok), 0.0)
+
+
+def walk_starts(trials: list[records.TrialRecord]) -> list[tuple[int, dict[str, Any]]]:
+    """(level, params) of each family's best configuration at each level, by level."""
+    best: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
+    for family, params, curve in configuration_curves(trials):
+        for level, value in curve.items():
+            if value > best.get((family, level), (0.0, None))[0]:
+                best[family, level] = (value, params)
+    return [(level, params) for (_, level), (_, params) in sorted(
+        best.items(), key=lambda item: item[0][1])]
+
+
+def search_levels(search: LevelSearch, study: optuna.Study, objective: Callable,
+                  trials: list[records.TrialRecord], catch: tuple[type[Exception], ...],
+                  stop: Callable[[], bool], on_walk: Callable[[], None] = lambda: None) -> int:
+    """One walk from each of ``walk_starts(trials)``; each walk's end that no trial holds yet
+    is measured by ``objective`` as a trial of ``study``. Returns how many were."""
+    held = {config_key(t.params) for t in trials}
+    added = 0
+    for level, start in walk_starts(trials):
+        if stop():
+            break
+        end = search.climb(start, level)
+        if config_key(end) not in held:
+            held.add(config_key(end))
+            measure_enqueued(study, objective, end, catch, **{LEVEL_KEY: level})
+            added += 1
+        on_walk()
+    return added
+
+
+def _family(params: dict[str, Any]) -> str | None:
+    launch, _ = parse(params)
+    return family_of(launch) if launch is not None else None
