@@ -24,6 +24,12 @@ def family_of(lp: LaunchParams) -> str:
     return f"{ALGORITHMS[lp.speculative_algorithm]} · {layout}"
 
 
+def algorithm_and_layout(family: str) -> tuple[str, str]:
+    """``("dflash", "TP")`` for ``"DFlash · TP"``: the launch's speculative_algorithm."""
+    shown, layout = family.split(" · ")
+    return next(a for a, name in ALGORITHMS.items() if name == shown), layout
+
+
 @dataclass(slots=True)
 class Crossover:
     levels: list[int]
@@ -102,7 +108,8 @@ def _crossover(curves: dict[str, dict[int, float]]) -> Crossover:
     speedup = [spec[c] / ar[c] if ar[c] > 0 else None for c in levels]
     losing = [c for c, s in zip(levels, speedup, strict=True) if s is not None and s <= 1.0]
     stops = next((c for c in levels if all(x in losing for x in levels if x >= c)), None)
-    # Levels lost before speculation pays again (a kernel switch can make one level lose).
+    # Levels lost before speculation pays again (at a few requests a verify touches several
+    # times the experts a plain step does, a gap that narrows once every expert is touched).
     dips = ", ".join(str(c) for c in losing if stops is None or c < stops)
     if stops == levels[0]:
         note = "speculation never beats plain decoding here"

@@ -6,9 +6,11 @@ best (its envelope, from which `best` and the dashboard read where speculation s
 the sampler's seed. The model prices one configuration at one level in a millisecond or two,
 so after the sampled trials each family's best at each level walks through
 single-parameter changes that keep its family (algorithm and layout), climbing that level's
-output rate; a walk that ends on a configuration the study does not hold yet has it measured
-as one more trial, so every envelope point is a recorded trial. A measuring backend is not
-searched this way (its levels cost launches): `best` says so under the crossover.
+output rate, and again from a faster end of its layout moved into the family
+(``LevelSearch.best_ends``); a walk that ends on a configuration the study does not hold yet
+has it measured as one more trial, so every envelope point is a recorded trial. A measuring
+backend is not searched this way (its levels cost launches): `best` says so under the
+crossover.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from backends import Backend
 from backends import Workload
 from search_spaces import SearchSpace
 from tuner import records
+from tuner.crossover import algorithm_and_layout
 from tuner.crossover import configuration_curves
 from tuner.crossover import family_of
 from tuner.params import parse
@@ -55,6 +58,37 @@ class LevelSearch:
             self._priced[key] = self._measure(params, level)
         return self._priced[key]
 
+    def best_ends(self, level: int, starts: dict[str, dict[str, Any]]) -> dict[str, dict]:
+        """Per family, the best configuration at ``level`` a climb reaches from its start
+        (``starts``: family -> configuration); then, where another algorithm's end of the
+        same layout is faster, a climb from that one moved into the family, if it gets
+        further. One knob at a time a climb cannot cross a pair that only fits together (a
+        larger running cap needs the memory fraction that holds its KV cache), which another
+        family's end may already have."""
+        ends = {family: self.climb(start, level) for family, start in starts.items()}
+        rate = lambda p: self.output_tok_s(p, level)  # noqa: E731
+        for family in starts:
+            layout = algorithm_and_layout(family)[1]
+            fastest = max((e for f, e in ends.items() if algorithm_and_layout(f)[1] == layout),
+                          key=rate)
+            moved = self.moved(fastest, family)
+            if moved is not None and rate(end := self.climb(moved, level)) > rate(ends[family]):
+                ends[family] = end
+        return ends
+
+    def moved(self, params: dict[str, Any], family: str) -> dict[str, Any] | None:
+        """``params`` with the speculative algorithm of ``family`` (the knobs that only that
+        algorithm has drawn afresh); None where the result breaks the space's constraints."""
+        if _family(params) == family:
+            return params
+        algorithm, _ = algorithm_and_layout(family)
+        rng = random.Random(f"{family}/{config_key(params)}")
+        moved = self.space.sample(self.context, rng,
+                                  {**params, "speculative_algorithm": algorithm})
+        if self.space.violations(moved, self.context) or _family(moved) != family:
+            return None
+        return moved
+
     def climb(self, params: dict[str, Any], level: int) -> dict[str, Any]:
         """Best-improvement steps from ``params`` through single-parameter changes that keep
         its family, on the output rate at ``level``; the configuration where no step helps."""
@@ -78,33 +112,34 @@ class LevelSearch:
         return next((m.output_tok_s for m in rows if m.ok), 0.0)
 
 
-def walk_starts(trials: list[records.TrialRecord]) -> list[tuple[int, dict[str, Any]]]:
-    """(level, params) of each family's best configuration at each level, by level."""
-    best: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
+def walk_starts(trials: list[records.TrialRecord]) -> dict[int, dict[str, dict[str, Any]]]:
+    """Per level, each family's best configuration there among ``trials``' successful ones."""
+    best: dict[int, dict[str, tuple[float, dict[str, Any]]]] = {}
     for family, params, curve in configuration_curves(trials):
         for level, value in curve.items():
-            if value > best.get((family, level), (0.0, None))[0]:
-                best[family, level] = (value, params)
-    return [(level, params) for (_, level), (_, params) in sorted(
-        best.items(), key=lambda item: item[0][1])]
+            if value > best.setdefault(level, {}).get(family, (0.0, None))[0]:
+                best[level][family] = (value, params)
+    return {level: {f: params for f, (_, params) in by_family.items()}
+            for level, by_family in sorted(best.items())}
 
 
 def search_levels(search: LevelSearch, study: optuna.Study, objective: Callable,
                   trials: list[records.TrialRecord], catch: tuple[type[Exception], ...],
-                  stop: Callable[[], bool], on_walk: Callable[[], None] = lambda: None) -> int:
-    """One walk from each of ``walk_starts(trials)``; each walk's end that no trial holds yet
-    is measured by ``objective`` as a trial of ``study``. Returns how many were."""
+                  stop: Callable[[], bool], on_level: Callable[[], None] = lambda: None) -> int:
+    """The best ends of the walks from ``walk_starts(trials)``, level by level; each that no
+    trial holds yet is measured by ``objective`` as a trial of ``study``. Returns how many
+    were."""
     held = {config_key(t.params) for t in trials}
     added = 0
-    for level, start in walk_starts(trials):
+    for level, starts in walk_starts(trials).items():
         if stop():
             break
-        end = search.climb(start, level)
-        if config_key(end) not in held:
-            held.add(config_key(end))
-            measure_enqueued(study, objective, end, catch, **{LEVEL_KEY: level})
-            added += 1
-        on_walk()
+        for end in search.best_ends(level, starts).values():
+            if config_key(end) not in held:
+                held.add(config_key(end))
+                measure_enqueued(study, objective, end, catch, **{LEVEL_KEY: level})
+                added += 1
+        on_level()
     return added
 
 

@@ -102,8 +102,8 @@ def _confirm(cfg: Config, study, objective: Objective) -> None:
 
 def _search_levels(cfg: Config, study, objective: Objective, search: LevelSearch) -> None:
     trials = records.load_trials(objective.engine, cfg.study.name)
-    walks = len(walk_starts(trials))
-    with graceful_interrupt() as gate, render.trial_progress(walks, 0, "levels") as update:
+    with graceful_interrupt() as gate, \
+            render.trial_progress(len(walk_starts(trials)), 0, "levels") as update:
         objective.gate = gate
         added = search_levels(search, study, objective, trials, (TransientFailure,),
                               lambda: gate.requested, lambda: update(None))

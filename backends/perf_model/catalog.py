@@ -45,6 +45,9 @@ class Hardware:
     measured_system: str = ""
     # CUDA compute capability (10.0 for B200); 0 for a CPU. Engines pick kernels by it.
     compute_capability: float = 0.0
+    # The L2 cache in MiB, where the catalog has it (0: not known). A kernel benchmark that reruns
+    # one layer whose weights fit in it reads them from the cache, a serving step never does.
+    l2_mib: float = 0.0
 
     def classes(self, engine: str) -> dict[str, str]:
         """The class each fitted constant of this GPU, under ``engine``, is shared within."""

@@ -288,16 +288,36 @@ def experts(node: Node, m: ModelArch, tokens: int, tp: int, ep: int,
     if node.kernels is None or not m.is_moe:
         return roofline(m.routing_skew)
     distribution, skew = moe_distribution(m.routing_skew)
+    cold = _cold_experts_ms(node, m, tp, ep)
     ms = next((ms for dtype in moe_dtypes(m.expert_weight_bits, m.expert_format)
                if (ms := node.kernels.moe_ms(tokens, m.moe_hidden, m.moe_inter, m.top_k,
                                              m.num_experts, tp // ep, ep, dtype,
-                                             distribution)) is not None), None)
+                                             distribution, cold)) is not None), None)
     if ms is None:
         return roofline(m.routing_skew)
     ms *= m.num_moe_layers
     # Our routing model's expert count can exceed what the measured rank streamed: the speed
     # of light is then the measured time itself (100%), never above it.
     return Term(ms, MEASURED, min(ms, roofline(skew).sol_ms))
+
+
+def _cold_experts_ms(node: Node, m: ModelArch, tp: int,
+                     ep: int) -> Callable[[float], float] | None:
+    """Where the GPU's L2 size is known: the least time one layer's experts take to stream
+    from memory on the busiest rank when ``n`` tokens route evenly (``n x top_k`` distinct
+    experts, at most all, spread evenly over the EP ranks, each split over ``tp // ep``
+    ranks, at the datasheet bandwidth), if they fit in the L2; 0 where they do not (a row
+    cannot have run from the cache)."""
+    l2_bytes = node.hw.l2_mib * 2**20
+    if not l2_bytes:
+        return None
+
+    def cold_ms(n: float) -> float:
+        held = math.ceil(min(n * m.top_k, m.num_experts) / ep)
+        nbytes = held * m.expert_bytes / (tp // ep)
+        return node.mem_ms(nbytes, 1.0) if nbytes <= l2_bytes else 0.0
+
+    return cold_ms
 
 
 def collective(node: Node, c: Collectives, group: int, kind: str, graph: bool,

@@ -30,8 +30,9 @@ def test_crossover_is_where_speculation_stops_beating_plain_decoding():
 
 
 def test_a_level_lost_before_speculation_pays_again_is_named():
-    """Block-8 DFlash on the reference node's measured kernels: the 4-request verify switches
-    the INT4 MoE to a slower kernel, so that one level loses and the next wins again."""
+    """DFlash on the reference node's MoE: at 4 requests its verify touches several times the
+    experts a plain step does, so that one level loses; the gap narrows as more of them are
+    touched either way, and speculation wins again."""
     dip = [curve_trial(0, AR_TP, {1: 80, 4: 260, 16: 400}),
            curve_trial(1, DFLASH_TP, {1: 140, 4: 250, 16: 520})]
     cross = crossover(envelopes(dip))

@@ -50,9 +50,10 @@ def test_each_familys_best_configuration_starts_a_walk_at_each_level():
               curve_trial(3, DFLASH_TP, {1: 150, 64: 640}),
               curve_trial(4, {**DFLASH_TP, "speculative_dflash_block_size": 4}, {1: 900},
                           status="oom")]
-    starts = walk_starts(trials)
-    assert starts == [(1, AR_TP), (1, AR_EP), (1, DFLASH_TP),
-                      (64, {**AR_TP, "max_running_requests": 64}), (64, AR_EP), (64, DFLASH_TP)]
+    assert walk_starts(trials) == {
+        1: {"AR · TP": AR_TP, "AR · EP": AR_EP, "DFlash · TP": DFLASH_TP},
+        64: {"AR · TP": {**AR_TP, "max_running_requests": 64}, "AR · EP": AR_EP,
+             "DFlash · TP": DFLASH_TP}}
 
 
 def test_a_walk_climbs_its_levels_rate_within_its_family_to_a_local_best(search):
@@ -110,3 +111,22 @@ def test_level_search_off_leaves_the_study_at_its_sampled_trials(tmp_path):
     cfg = load_config(tmp_path / "tuner.yaml")
     trials = records.load_trials(records.connect(cfg.study.storage), cfg.study.name)
     assert sum(t.measured for t in trials) == 3
+
+
+def test_a_family_stuck_below_a_coupled_pair_starts_again_from_its_layouts_faster_end(search):
+    """DFlash TP8 capped at 128 requests cannot reach a 256 cap one knob at a time where the
+    memory fraction that holds its KV cache must rise with it; plain TP8's end at 256 has both,
+    and moved into DFlash (its block drawn afresh) it climbs past the capped start."""
+    capped = {**CAPPED, "max_running_requests": 128, "cuda_graph_max_bs": 128,
+              "mem_fraction_static": 0.82, "speculative_algorithm": "dflash",
+              "speculative_dflash_block_size": 4}
+    plain = {**CAPPED, "max_running_requests": 256, "cuda_graph_max_bs": 256,
+             "mem_fraction_static": 0.92}
+    alone = search.climb(capped, 256)
+    ends = search.best_ends(256, {"DFlash · TP": capped, "AR · TP": plain})
+    assert family_of(parse(ends["DFlash · TP"])[0]) == "DFlash · TP"
+    assert search.output_tok_s(ends["DFlash · TP"], 256) > search.output_tok_s(alone, 256)
+    assert search.output_tok_s(ends["AR · TP"], 256) >= search.output_tok_s(plain, 256)
+    moved = search.moved(plain, "DFlash · TP")
+    assert moved["speculative_algorithm"] == "dflash" and moved["max_running_requests"] == 256
+    assert search.moved(plain, "AR · TP") is plain

@@ -11,6 +11,7 @@ falls back to the roofline.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -104,11 +105,12 @@ def _columns(path: Path) -> dict[str, np.ndarray]:
 
 @cache
 def rows_grid(path: Path, where: tuple[tuple[str, object], ...],
-              axes: tuple[str, ...]) -> Grid | None:
-    """The grid over ``axes`` of the rows of ``path`` whose columns equal ``where`` (every row
-    of the file: CONTRADICTED is the lookups' to apply)."""
+              axes: tuple[str, ...], dropped: tuple[float, ...] = ()) -> Grid | None:
+    """The grid over ``axes`` of the rows of ``path`` whose columns equal ``where``, less those
+    whose first axis is one of ``dropped`` (otherwise every row of the file: CONTRADICTED is
+    the lookups' to apply)."""
     cols = _columns(path)
-    keep = np.ones(len(cols["latency"]), dtype=bool)
+    keep = ~np.isin(cols[axes[0]].astype(float), dropped)
     for column, value in where:
         keep &= cols[column] == value
     if not keep.any():
@@ -126,12 +128,12 @@ class KernelTables:
 
     def _at(self, family: str, file: str, where: dict[str, object], axes: tuple[str, ...],
             point: tuple[float, ...], engine: str | None = None,
-            held: tuple[int, ...] = ()) -> float | None:
+            held: tuple[int, ...] = (), dropped: tuple[float, ...] = ()) -> float | None:
         engine = engine or self.engine
         path = table_path(self.system, family, engine, file)
         if path is None or contradicted(self.system, engine, file, where):
             return None
-        grid = rows_grid(path, tuple(sorted(where.items())), axes)
+        grid = rows_grid(path, tuple(sorted(where.items())), axes, dropped)
         return grid.at(point, held) if grid is not None else None
 
     def gemm_ms(self, m: int, n: int, k: int, dtype: str) -> float | None:
@@ -140,13 +142,32 @@ class KernelTables:
                         (m, n, k))
 
     def moe_ms(self, tokens: int, hidden: int, inter: int, top_k: int, experts: int,
-               moe_tp: int, moe_ep: int, dtype: str, distribution: str) -> float | None:
+               moe_tp: int, moe_ep: int, dtype: str, distribution: str,
+               cold_ms: Callable[[float], float] | None = None) -> float | None:
         """One MoE layer's expert GEMMs for ``tokens`` tokens on the slowest rank (routing,
-        permutation and the grouped GEMMs; dispatch between ranks is not in it)."""
+        permutation and the grouped GEMMs; dispatch between ranks is not in it).
+
+        ``cold_ms(n)``: the least time ``n`` tokens' experts under balanced routing take to
+        stream from memory (0 where they would not fit in the L2 cache). A token count whose
+        balanced row beats it ran with its experts still in the L2 from the benchmark's
+        previous run, which a step streaming every layer's experts never has: its rows are
+        left out, so the lookup interpolates between the counts around it."""
         where = {"moe_dtype": dtype, "hidden_size": hidden, "inter_size": inter,
                  "topk": top_k, "num_experts": experts, "moe_tp_size": moe_tp,
-                 "moe_ep_size": moe_ep, "distribution": distribution}
-        return self._at("moe", "moe_perf.parquet", where, ("num_tokens",), (tokens,))
+                 "moe_ep_size": moe_ep}
+        warm = () if cold_ms is None else self._warm_token_counts(where, cold_ms)
+        return self._at("moe", "moe_perf.parquet", {**where, "distribution": distribution},
+                        ("num_tokens",), (tokens,), dropped=warm)
+
+    def _warm_token_counts(self, where: dict[str, object],
+                           cold_ms: Callable[[float], float]) -> tuple[float, ...]:
+        path = table_path(self.system, "moe", self.engine, "moe_perf.parquet")
+        balanced = None if path is None else rows_grid(
+            path, tuple(sorted({**where, "distribution": "balanced"}.items())), ("num_tokens",))
+        if balanced is None:
+            return ()
+        return tuple(float(n) for n, ms in zip(balanced.axes[0], balanced.latency_ms, strict=True)
+                     if ms < cold_ms(float(n)))
 
     def kda_ms(self, phase: str, kernels: tuple[str, ...], batch: int, tokens: int,
                heads: int) -> float | None:
