@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
@@ -27,8 +28,10 @@ from cli_helpers import write_config
 
 from tuner import records
 from tuner.config import load_config
+from tuner.crossover import crossover
 from tuner.dashboard import make_server, write_report
 from tuner.dashboard.data import load_study_data
+from tuner.dashboard.figures import concurrency
 from tuner.dashboard.nightly import load_nightly
 from tuner.dashboard.page import figure_html
 from tuner.dashboard.roofline import Roofline
@@ -386,3 +389,17 @@ def test_dashboard_command_writes_the_report_and_prints_its_path(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == str(tmp_path / "r.html")
     assert "plotly" in (tmp_path / "r.html").read_text()
+
+
+def test_the_throughput_chart_says_under_its_title_when_levels_were_not_searched(studied):
+    """A study a real engine measured: the chart's title gains a smaller second line, escaped,
+    saying the levels other than the target were not searched; a model study's has none."""
+    url, _ = studied
+    data = load_study_data(url, HOSTILE)
+    searched = concurrency(data).figure.layout.title.text
+    assert "<br>" not in searched and searched == data.crossover.note
+    measured = replace(data, crossover=crossover(data.curves, sampled_for=data.target))
+    title = concurrency(measured).figure.layout.title.text
+    assert title == (f"{data.crossover.note}<br><sup>levels other than {data.target} show what "
+                     f"configurations chosen for {data.target} reached there, not a search of "
+                     "each</sup>")
