@@ -25,7 +25,6 @@ from tuner import stats
 from tuner.config import Config
 from tuner.crossover import Crossover
 from tuner.crossover import crossover
-from tuner.crossover import engine_measured
 from tuner.crossover import envelopes
 from tuner.errors import NoResultError
 from tuner.errors import StorageError
@@ -198,8 +197,8 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
                       measured_only=_measured_only(lp, measured_kernels(run_cfg)),
                       predicted_only=_predicted_only(lp, trials),
-                      crossover=crossover(envelopes(trials),
-                                          target if engine_measured(trials) else None))
+                      crossover=crossover(envelopes(trials), target if any(
+                          t.engine_measured for t in trials) else None))
 
 
 def _measured_only(launch: LaunchParams | None, measured_kernels: bool) -> dict[str, Any]:
@@ -214,8 +213,7 @@ def _measured_only(launch: LaunchParams | None, measured_kernels: bool) -> dict[
 def _predicted_only(launch: LaunchParams | None, trials: list[TrialRecord]) -> dict[str, Any]:
     """``launch``'s non-default knobs at values no trial measured on a real engine ran with;
     empty when no trial was measured at all (a study of the model)."""
-    ran = [t.launch for t in trials if t.ok and t.launch is not None and any(
-        not row.get("predicted", True) for row in t.measurements.values())]
+    ran = [t.launch for t in trials if t.ok and t.launch is not None and t.engine_measured]
     if launch is None or not ran:
         return {}
     seen = {item for lp in ran for item in lp.non_default().items()}
@@ -270,8 +268,7 @@ def ranking_of(cfg: Config, trials: list[TrialRecord], winner: dict | None = Non
     by a lower bound, predicted ones are exact. A launch-aware study's finals crowned ``winner``
     weighing the calibrated model too; it stands while it meets the SLA asked for."""
     t = cfg.tuning
-    noisy = any(not row.get("predicted", True) for trial in trials
-                for row in trial.measurements.values())
+    noisy = any(trial.engine_measured for trial in trials)
     return Ranking(point="at_sla_limit" if t.strategy == "launch_aware" else "at_target",
                    min_runs=t.repeats if noisy else 1, penalty=t.mad_penalty,
                    prior_rel_sd=t.noise_prior if noisy else 0.0,

@@ -92,12 +92,6 @@ def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = Non
     return cross
 
 
-def engine_measured(trials: Iterable[TrialRecord]) -> bool:
-    """Whether a real engine measured any of ``trials`` (not the performance model)."""
-    return any(not row.get("predicted", True) for t in trials if t.ok
-               for row in t.measurements.values())
-
-
 def _crossover(curves: dict[str, dict[int, float]]) -> Crossover:
     ar = best_of(curves, spec=False)
     spec = best_of(curves, spec=True)

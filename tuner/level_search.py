@@ -71,6 +71,8 @@ class LevelSearch:
             layout = algorithm_and_layout(family)[1]
             fastest = max((e for f, e in ends.items() if algorithm_and_layout(f)[1] == layout),
                           key=rate)
+            if fastest is ends[family]:
+                continue
             moved = self.moved(fastest, family)
             if moved is not None and rate(end := self.climb(moved, level)) > rate(ends[family]):
                 ends[family] = end
@@ -124,17 +126,17 @@ def walk_starts(trials: list[records.TrialRecord]) -> dict[int, dict[str, dict[s
 
 
 def search_levels(search: LevelSearch, study: optuna.Study, objective: Callable,
-                  trials: list[records.TrialRecord], catch: tuple[type[Exception], ...],
-                  stop: Callable[[], bool], on_level: Callable[[], None] = lambda: None) -> int:
-    """The best ends of the walks from ``walk_starts(trials)``, level by level; each that no
-    trial holds yet is measured by ``objective`` as a trial of ``study``. Returns how many
-    were."""
-    held = {config_key(t.params) for t in trials}
+                  starts: dict[int, dict[str, dict[str, Any]]], held: set[str],
+                  catch: tuple[type[Exception], ...], stop: Callable[[], bool],
+                  on_level: Callable[[], None] = lambda: None) -> int:
+    """The best ends of the walks from ``starts`` (``walk_starts``), level by level; each
+    whose ``config_key`` is not in ``held`` (the study's trials) is measured by ``objective``
+    as a trial of ``study``. Returns how many were."""
     added = 0
-    for level, starts in walk_starts(trials).items():
+    for level, by_family in starts.items():
         if stop():
             break
-        for end in search.best_ends(level, starts).values():
+        for end in search.best_ends(level, by_family).values():
             if config_key(end) not in held:
                 held.add(config_key(end))
                 measure_enqueued(study, objective, end, catch, **{LEVEL_KEY: level})

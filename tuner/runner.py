@@ -19,6 +19,7 @@ from tuner.objective import Objective
 from tuner.objective import TransientFailure
 from tuner.resume import check_space
 from tuner.resume import keep_config
+from tuner.selection import config_key
 from tuner.storage import storage_errors
 from tuner.study import Progress
 from tuner.study import enqueue_baseline
@@ -102,10 +103,10 @@ def _confirm(cfg: Config, study, objective: Objective) -> None:
 
 def _search_levels(cfg: Config, study, objective: Objective, search: LevelSearch) -> None:
     trials = records.load_trials(objective.engine, cfg.study.name)
-    with graceful_interrupt() as gate, \
-            render.trial_progress(len(walk_starts(trials)), 0, "levels") as update:
+    starts, held = walk_starts(trials), {config_key(t.params) for t in trials}
+    with graceful_interrupt() as gate, render.trial_progress(len(starts), 0, "levels") as update:
         objective.gate = gate
-        added = search_levels(search, study, objective, trials, (TransientFailure,),
+        added = search_levels(search, study, objective, starts, held, (TransientFailure,),
                               lambda: gate.requested, lambda: update(None))
     render.note(f"{added} configurations added by searching each family's best at each "
                 "concurrency level")

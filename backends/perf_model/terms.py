@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 
-from backends.perf_model.catalog import BF16_BYTES, FP32_BYTES, ModelArch
+from backends.perf_model.catalog import BF16_BYTES, FP32_BYTES, Hardware, ModelArch
 from backends.perf_model.kernels.tables import BF16, KernelTables
 from backends.perf_model.node import Node
 from backends.perf_model.shapes import FP8, Linear
@@ -307,15 +308,22 @@ def _cold_experts_ms(node: Node, m: ModelArch, tp: int,
     from memory on the busiest rank when ``n`` tokens route evenly (``n x top_k`` distinct
     experts, at most all, spread evenly over the EP ranks, each split over ``tp // ep``
     ranks, at the datasheet bandwidth), if they fit in the L2; 0 where they do not (a row
-    cannot have run from the cache)."""
-    l2_bytes = node.hw.l2_mib * 2**20
-    if not l2_bytes:
+    cannot have run from the cache). One function per GPU, model and split, so that the
+    tables' verdict on its rows is worked out once."""
+    if not node.hw.l2_mib:
         return None
+    return _cold_ms(node.hw, m.expert_bytes, m.top_k, m.num_experts, tp, ep)
+
+
+@cache
+def _cold_ms(hw: Hardware, expert_bytes: float, top_k: int, num_experts: int, tp: int,
+             ep: int) -> Callable[[float], float]:
+    l2_bytes = hw.l2_mib * 2**20
 
     def cold_ms(n: float) -> float:
-        held = math.ceil(min(n * m.top_k, m.num_experts) / ep)
-        nbytes = held * m.expert_bytes / (tp // ep)
-        return node.mem_ms(nbytes, 1.0) if nbytes <= l2_bytes else 0.0
+        held = math.ceil(min(n * top_k, num_experts) / ep)
+        nbytes = held * expert_bytes / (tp // ep)
+        return nbytes / (hw.bandwidth_gbs * 1e9) * 1e3 if nbytes <= l2_bytes else 0.0
 
     return cold_ms
 

@@ -7,7 +7,6 @@ import pytest
 from made_study import curve_trial
 
 from tuner.crossover import crossover
-from tuner.crossover import engine_measured
 from tuner.crossover import envelopes
 
 AR_TP = {"speculative_algorithm": "none", "tp_size": 8}
@@ -75,7 +74,8 @@ def test_a_real_engines_levels_are_said_to_be_sampled_for_the_target_only():
                  curve_trial(1, DFLASH_TP, {1: 30, 64: 450})]
     measured = [curve_trial(t.trial_number, t.params, {1: 10 + t.trial_number, 64: 500},
                             predicted=False) for t in predicted]
-    assert not engine_measured(predicted) and engine_measured(measured)
+    assert not any(t.engine_measured for t in predicted)
+    assert all(t.engine_measured for t in measured)
     cross = crossover(envelopes(measured), sampled_for=64)
     assert cross.caveat == ("levels other than 64 show what configurations chosen for 64 "
                             "reached there, not a search of each")

@@ -16,7 +16,6 @@ from tuner import records
 from tuner.config import Config
 from tuner.crossover import Crossover
 from tuner.crossover import crossover
-from tuner.crossover import engine_measured
 from tuner.crossover import envelopes
 from tuner.crossover import family_of
 from tuner.errors import NoResultError
@@ -97,8 +96,8 @@ def load_study_data(storage_url: str, study: str) -> StudyData:
         model_path=cfg.model.path, target=cfg.workload.target_concurrency,
         gpus=cfg.hardware.gpus, sla=list(cfg.workload.sla),
         trials=[_view(t) for t in trial_records], config=cfg,
-        curves=curves, crossover=crossover(
-            curves, cfg.workload.target_concurrency if engine_measured(trial_records) else None))
+        curves=curves, crossover=crossover(curves, cfg.workload.target_concurrency if any(
+            t.engine_measured for t in trial_records) else None))
     _mark_feasible(data, trial_records)
     _choose(data, cfg)
     return data

@@ -54,6 +54,11 @@ class TrialRecord:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def engine_measured(self) -> bool:
+        """A real engine measured a level of it (the performance model predicts its rows)."""
+        return any(not row.get("predicted", True) for row in self.measurements.values())
+
 
 def save_study_config(engine: sa.Engine, name: str, config: dict[str, Any]) -> None:
     row = {"name": name, "config_json": json.dumps(config), "updated_at": now()}

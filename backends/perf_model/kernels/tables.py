@@ -119,6 +119,19 @@ def rows_grid(path: Path, where: tuple[tuple[str, object], ...],
     return Grid.from_rows(points, cols["latency"][keep].astype(float))
 
 
+@cache
+def _warm_token_counts(system: str, engine: str, where: tuple[tuple[str, object], ...],
+                       cold_ms: Callable[[float], float]) -> tuple[float, ...]:
+    """The token counts of the MoE rows ``where`` whose balanced row beats ``cold_ms``."""
+    path = table_path(system, "moe", engine, "moe_perf.parquet")
+    balanced = None if path is None else rows_grid(
+        path, tuple(sorted((*where, ("distribution", "balanced")))), ("num_tokens",))
+    if balanced is None:
+        return ()
+    return tuple(float(n) for n, ms in zip(balanced.axes[0], balanced.latency_ms, strict=True)
+                 if ms < cold_ms(float(n)))
+
+
 @dataclass(slots=True, frozen=True)
 class KernelTables:
     """Lookups for one system and engine family (``sglang`` or ``vllm``)."""
@@ -155,19 +168,10 @@ class KernelTables:
         where = {"moe_dtype": dtype, "hidden_size": hidden, "inter_size": inter,
                  "topk": top_k, "num_experts": experts, "moe_tp_size": moe_tp,
                  "moe_ep_size": moe_ep}
-        warm = () if cold_ms is None else self._warm_token_counts(where, cold_ms)
+        warm = () if cold_ms is None else _warm_token_counts(
+            self.system, self.engine, tuple(sorted(where.items())), cold_ms)
         return self._at("moe", "moe_perf.parquet", {**where, "distribution": distribution},
                         ("num_tokens",), (tokens,), dropped=warm)
-
-    def _warm_token_counts(self, where: dict[str, object],
-                           cold_ms: Callable[[float], float]) -> tuple[float, ...]:
-        path = table_path(self.system, "moe", self.engine, "moe_perf.parquet")
-        balanced = None if path is None else rows_grid(
-            path, tuple(sorted({**where, "distribution": "balanced"}.items())), ("num_tokens",))
-        if balanced is None:
-            return ()
-        return tuple(float(n) for n, ms in zip(balanced.axes[0], balanced.latency_ms, strict=True)
-                     if ms < cold_ms(float(n)))
 
     def kda_ms(self, phase: str, kernels: tuple[str, ...], batch: int, tokens: int,
                heads: int) -> float | None:
