@@ -4,19 +4,24 @@ Every source (backends/perf_model/references/*.yaml, the user's node, and
 backends/perf_model/validation/*.yaml, one published measurement each, cited in the file) is
 predicted three ways: with the constants fitted on all sources (in-sample), with the constants
 fitted on all the *other* sources (leave-one-source-out, the honest score), and with the
-pre-issue-15 shipped constants. A source marked compared-only (``source.not_fitted``, with the
-reason) is in no fit and is scored under the all-sources fit; its points still count in the
-checks. Checks: every published throughput / speedup within 25% leave-one-source-out, every
-fitted median TTFT likewise, no fitted constant on a bound, the DFlash speedup's fall with
-concurrency reproduced (at least two thirds of it), and the user node's orders (graphs vs eager,
-EP vs TP, DFlash vs plain). Exit 0 when every check passes, 1 otherwise.
+constants shipped before the global fit (fitted on the user's node alone). A source marked
+compared-only (``source.not_fitted``, with the reason) is in no fit and is scored under the
+all-sources fit; its points still count in the checks. Checks: every published throughput /
+speedup within 25% leave-one-source-out, every fitted median TTFT likewise, no fitted constant
+on a bound, the DFlash speedup's fall with concurrency reproduced (at least two thirds of it),
+and the user node's orders (graphs vs eager, EP vs TP, DFlash vs plain). Exit 0 when every
+check passes, 1 otherwise.
 
     python bench/model_validation.py [--starts 4] [--json OUT] [--write] [--measured-kernels]
 
-``--write`` stores the all-sources fit in backends/perf_model/fitted.yaml, the constants the
-`model` backend starts from on the fitted roofline (a GPU without measured tables, or
-``measured_kernels: false``). ``--measured-kernels`` prices every source from its GPU's
-measured kernel tables (``Deployment.measured_kernels``) instead of the roofline; with
+The median leave-one-source-out error of the published speedups over plain decoding is the
+model's speedup error: ``best``, ``estimate`` and the dashboard call a predicted speedup within
+it of parity too close to call.
+
+``--write`` stores the all-sources fit and that error in backends/perf_model/fitted.yaml, the
+constants the `model` backend starts from on the fitted roofline (a GPU without measured
+tables, or ``measured_kernels: false``). ``--measured-kernels`` prices every source from its
+GPU's measured kernel tables (``Deployment.measured_kernels``) instead of the roofline; with
 ``--write`` its fit goes to backends/perf_model/fitted_measured.yaml, the constants of the
 model with measured kernels on (the default wherever the GPU has tables, and so of
 `dflash-tune run` on the reference node).
@@ -25,6 +30,7 @@ model with measured kernels on (the default wherever the GPU has tables, and so 
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -119,6 +125,13 @@ def _speedup_fall(loso: dict[str, list[Comparison]]) -> list[tuple[str, bool]]:
     return out
 
 
+def speedup_error(loso: dict[str, list[Comparison]]) -> float:
+    """The median relative error of every published speedup over plain decoding, each source
+    predicted without its own points (a compared source by the fit that never held it)."""
+    return statistics.median(abs(r.ratio - 1) for rows in loso.values() for r in rows
+                             if r.metric == SPEEDUP)
+
+
 def kv_rows(sources: list[Reference]) -> list[tuple[str, int, float]]:
     from backends.perf_model.backend import PerfModelBackend
 
@@ -151,6 +164,8 @@ def print_report(sources, full, loso, old_rows, results, kv) -> None:
           f"{', '.join(f'{x:.3f}' for x in full.losses)})")
     for i in full.identified:
         print(f"  {i.key:<34} {i.value:>9.4g}  bounds [{i.low:g}, {i.high:g}]  {i.status}")
+    print(f"\nspeedup error (median over the published speedups, leave-one-source-out): "
+          f"{speedup_error(loso):.1%}")
     print("\nchecks")
     for text, ok in results:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}")
@@ -175,10 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     kv = kv_rows(sources)
     print_report(sources, full, loso, old_rows, results, kv)
     if args.write:
-        print(f"\nwrote {write_fitted(full, fitted_path(args.measured_kernels))}")
+        path = write_fitted(full, fitted_path(args.measured_kernels), speedup_error(loso))
+        print(f"\nwrote {path}")
     print(host_line(), file=sys.stderr)
     save_json(args.json, {
         "constants": full.values,
+        "speedup_error": speedup_error(loso),
         "identified": [{"key": i.key, "value": i.value, "status": i.status}
                        for i in full.identified],
         "sources": {name: [{"name": r.name, "metric": r.metric, "observed": r.observed,

@@ -328,18 +328,19 @@ def estimate(gpu: Annotated[str, typer.Option(help="A GPU of the hardware catalo
     the search spaces do."""
     import json
 
-    from tuner.estimate import EstimateRequest, as_json, estimate as run_estimate, show
+    from tuner.estimate import EstimateRequest, as_json, estimate as run_estimate
+    from tuner.estimate import plain_estimate, show
 
     levels = tuple(sorted({_level(c) for c in concurrency.split(",") if c.strip()}))
     req = EstimateRequest(gpu, gpus, model, acceptance_length, drafter_layers, input_len,
                           output_len, levels, launch, engine.value, measured_kernels,
                           engine_version)
-    rows = run_estimate(req)
+    rows, plain = run_estimate(req), plain_estimate(req)
     if fmt is TableOrJson.json:
-        show(req, rows)
-        render.emit(json.dumps(as_json(req, rows), indent=2))
+        show(req, rows, plain)
+        render.emit(json.dumps(as_json(req, rows, plain), indent=2))
     else:
-        show(req, rows, render.answer)
+        show(req, rows, plain, render.answer)
 
 
 def _level(text: str) -> int:

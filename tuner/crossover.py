@@ -36,19 +36,27 @@ class Crossover:
     speedup: list[float | None]  # best speculative / best AR output tok/s, per level
     stops_at: int | None  # first level from which speculation no longer beats AR
     note: str
-    caveat: str = ""  # what the levels do not show, if anything
+    caveat: str = ""  # what the levels do not show or cannot tell, if anything
+    # The predictions' own speedup error (0 for measured levels): a speedup within a factor
+    # 1 + margin of 1.0 either way is too close to call.
+    margin: float = 0.0
+    within_error_from: int | None = None  # first level from which every level is that close
 
     def line(self) -> str:
         """``1: 1.85x · 4: 0.98x ...; <note> (<caveat>)``, or the note alone."""
         shown = " · ".join(f"{c}: {s:.2f}x" for c, s in zip(self.levels, self.speedup,
                                                               strict=True) if s is not None)
-        said = f"{self.note} ({self.caveat})" if self.caveat else self.note
-        return f"{shown}; {said}" if shown else said
+        return f"{shown}; {self.verdict()}" if shown else self.verdict()
+
+    def verdict(self) -> str:
+        """``<note> (<caveat>)``, or the note alone."""
+        return f"{self.note} ({self.caveat})" if self.caveat else self.note
 
     def as_dict(self) -> dict[str, Any]:
         return {"by_concurrency": [{"concurrency": c, "speedup": s} for c, s
                                    in zip(self.levels, self.speedup, strict=True)],
-                "stops_paying_at": self.stops_at, "note": self.note, "caveat": self.caveat}
+                "stops_paying_at": self.stops_at, "note": self.note, "caveat": self.caveat,
+                "margin": self.margin, "within_error_from": self.within_error_from}
 
 
 def envelopes(trials: Iterable[TrialRecord]) -> dict[str, dict[int, float]]:
@@ -80,16 +88,44 @@ def configuration_curves(trials: Iterable[TrialRecord]
             for family, params, levels in runs.values()]
 
 
-def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None) -> Crossover:
+def study_crossover(trials: list[TrialRecord], target: int, model_error: float) -> Crossover:
+    """The crossover of a study's trials. Predicted by the performance model, its levels are
+    searched one by one (:mod:`tuner.level_search`) and each speedup is as good as the model's
+    ``model_error``; measured by a real engine, only the ``target`` level was searched."""
+    measured = any(t.engine_measured for t in trials)
+    return crossover(envelopes(trials), sampled_for=target if measured else None,
+                     margin=0.0 if measured else model_error)
+
+
+def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None,
+              margin: float = 0.0) -> Crossover:
     """Best speculative over best plain output rate per level. ``sampled_for``: the target
     concurrency of a study whose configurations were chosen for that level alone (a real
     engine's: :mod:`tuner.level_search` searches every level only on the performance model),
-    which the note then says."""
+    which the caveat then says. ``margin``: the relative error of a predicted speedup; from
+    the level on which every speedup is within it of parity, the caveat says the two are too
+    close to call."""
     cross = _crossover(curves)
     if sampled_for is not None and len(cross.levels) > 1:
         cross.caveat = (f"levels other than {sampled_for} show what configurations chosen for "
                         f"{sampled_for} reached there, not a search of each")
+    if margin > 0:
+        _mark_within_error(cross, margin)
     return cross
+
+
+def _mark_within_error(cross: Crossover, margin: float) -> None:
+    close = [s is not None and 1 / (1 + margin) <= s <= 1 + margin for s in cross.speedup]
+    cross.margin = margin
+    cross.within_error_from = next((c for i, c in enumerate(cross.levels) if all(close[i:])),
+                                   None)
+    if cross.within_error_from is None:
+        return
+    where = ("at every level" if cross.within_error_from == cross.levels[0]
+             else f"from concurrency {cross.within_error_from} on,")
+    said = (f"{where} the two are within the model's speedup error of +-{margin:.0%}: measure "
+            "there before relying on it")
+    cross.caveat = f"{cross.caveat}; {said}" if cross.caveat else said
 
 
 def _crossover(curves: dict[str, dict[int, float]]) -> Crossover:

@@ -3,13 +3,14 @@
 No study, no config file: the GPU, the model, the parallelism and the speculation are flags;
 the answer is the model's prediction at each concurrency level, with the per-component step
 breakdown (what the time goes to) on stdout; with ``--format json`` the levels are stdout's only
-content and the table goes to stderr.
+content and the table goes to stderr. A speculative launch is also priced without speculation,
+and its speedup over that is read against the model's error on published speedups.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backends.contract import Measurement, Workload
@@ -17,6 +18,7 @@ from backends.deployment import Deployment, DrafterSpec
 from backends.flags import LaunchTarget
 from backends.launch_params import InvalidParams, LaunchParams
 from tuner import render
+from tuner.crossover import Crossover, crossover, family_of
 
 # The launch knobs estimate takes: all of them (its own --gpus sets the node's size).
 ESTIMATE_KNOBS = tuple(f for f in LaunchParams.__dataclass_fields__)
@@ -84,11 +86,38 @@ class EstimateRequest:
 
 def estimate(req: EstimateRequest) -> list[Measurement]:
     """The model's measurement of each level (a refused launch raises LaunchFailed)."""
+    return _measure(req, req.launch())
+
+
+def plain_estimate(req: EstimateRequest) -> list[Measurement] | None:
+    """A speculative launch's levels without speculation (None for a plain launch)."""
+    launch = req.launch()
+    if not launch.speculative:
+        return None
+    return _measure(req, replace(launch, speculative_algorithm="none"))
+
+
+def versus_plain(req: EstimateRequest, rows: Sequence[Measurement],
+                 plain: Sequence[Measurement]) -> Crossover:
+    """The launch's speedup over its plain twin at each level, within the model's error."""
+    from backends.perf_model.shipped import speedup_error
+
+    launch = req.launch()
+    curves = {family_of(replace(launch, speculative_algorithm="none")): _rates(plain),
+              family_of(launch): _rates(rows)}
+    return crossover(curves, margin=speedup_error(req.measured))
+
+
+def _rates(rows: Sequence[Measurement]) -> dict[int, float]:
+    return {m.concurrency: m.output_tok_s for m in rows}
+
+
+def _measure(req: EstimateRequest, launch: LaunchParams) -> list[Measurement]:
     from backends.perf_model import PerfModelBackend
 
     backend = PerfModelBackend(req.deployment())
     workload = Workload(req.input_len, req.output_len, req.concurrency)
-    rows = backend.measure(req.launch(), workload)
+    rows = backend.measure(launch, workload)
     failed = next((m for m in rows if not m.ok), None)
     if failed is not None:
         raise InvalidParams(f"the model refuses this launch ({failed.failure.value}): "
@@ -96,13 +125,18 @@ def estimate(req: EstimateRequest) -> list[Measurement]:
     return rows
 
 
-def as_json(req: EstimateRequest, rows: Sequence[Measurement]) -> dict:
+def as_json(req: EstimateRequest, rows: Sequence[Measurement],
+            plain: Sequence[Measurement] | None = None) -> dict:
     from backends.perf_model.shipped import default_efficiency
 
-    return {"levels": [_level(m) for m in rows],
+    levels = [_level(m) for m in rows]
+    for level, twin in zip(levels, plain, strict=True) if plain else ():
+        level["plain_output_tok_s"] = twin.output_tok_s
+    return {"levels": levels,
             "constants": default_efficiency(req.gpu, req.engine, req.measured).as_dict(),
             "launch": req.launch().label(), "engine": req.engine,
-            "engine_version": req.engine_release}
+            "engine_version": req.engine_release,
+            "speculation_vs_plain": versus_plain(req, rows, plain).as_dict() if plain else None}
 
 
 def _level(m: Measurement) -> dict:
@@ -113,12 +147,21 @@ def _level(m: Measurement) -> dict:
             "breakdown_source": m.breakdown_source, "breakdown_sol_pct": m.breakdown_sol_pct}
 
 
-def show(req: EstimateRequest, rows: Sequence[Measurement], console=render.human) -> None:
+def show(req: EstimateRequest, rows: Sequence[Measurement],
+         plain: Sequence[Measurement] | None = None, console=render.human) -> None:
     columns = ["concurrency", "output tok/s", "TPOT ms", "TTFT ms", "accept"]
     table = [(m.concurrency, f"{m.output_tok_s:,.1f}", f"{m.tpot_p50_ms:.2f}",
               f"{m.ttft_p50_ms:,.0f}", f"{m.accept_len_mean:.2f}") for m in rows]
+    if plain:
+        columns += ["plain\ntok/s", "vs\nplain"]
+        table = [(*row, f"{twin.output_tok_s:,.1f}",
+                  f"{m.output_tok_s / twin.output_tok_s:.2f}x")
+                 for row, m, twin in zip(table, rows, plain, strict=True)]
     render.table(f"estimate: {req.model} on {req.gpus}x {req.gpu}, {req.launch().label()}, "
                  f"{req.engine} {req.engine_release}", columns, table, console=console)
+    if plain:
+        render.note("vs plain: the same launch without speculation; "
+                    + versus_plain(req, rows, plain).verdict(), console=console)
     render.note("step breakdown, ms per round (where each time comes from: measured kernel "
                 "tables, roofline, fitted constant, measured-bf16-kv: attention timed with a "
                 "bf16 cache standing in for an 8-bit one; % = share of the hardware's speed of "

@@ -47,6 +47,14 @@ def measured_kernels(cfg: Config) -> bool:
     return measured_kernels_for(cfg.hardware.gpu, cfg.backend.measured_kernels)
 
 
+def model_speedup_error(cfg: Config) -> float:
+    """The performance model's typical relative error on a speedup over plain decoding, for the
+    way it prices kernels on this config's GPU (its validation against published sources)."""
+    from backends.perf_model.shipped import speedup_error
+
+    return speedup_error(measured_kernels(cfg))
+
+
 def workload_from(cfg: Config) -> Workload:
     w = cfg.workload
     return Workload(input_len=w.input_len, output_len=w.output_len,

@@ -24,10 +24,18 @@ def fitted_path(measured_kernels: bool) -> Path:
 
 
 @cache
+def _shipped(path: Path) -> dict:
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
 def _fitted(path: Path) -> dict[str, float]:
-    if not path.is_file():
-        return {}
-    return dict((yaml.safe_load(path.read_text()) or {}).get("constants") or {})
+    return dict(_shipped(path).get("constants") or {})
+
+
+def speedup_error(measured_kernels: bool) -> float:
+    """How far the model's speedup of speculation over plain decoding typically lands from a
+    published one it was not fitted on (relative; 0 where no validation run recorded it)."""
+    return float(_shipped(fitted_path(measured_kernels)).get("speedup_error") or 0.0)
 
 
 def measured_kernels_for(gpu: str, chosen: bool | None = None) -> bool:
@@ -50,15 +58,20 @@ def default_efficiency(gpu: str, engine: str = "sglang",
     return Efficiency(**{**base, **chosen})
 
 
-def write_fitted(result, path: Path = FITTED) -> Path:
-    """Store a FitResult's constants (and how well each is identified) as the shipped default."""
+def write_fitted(result, path: Path = FITTED, speedup_error: float | None = None) -> Path:
+    """Store a FitResult's constants (and how well each is identified) as the shipped default,
+    with the validation's ``speedup_error`` where given."""
     lines = ["# Written by `python bench/model_validation.py --write` (with --measured-kernels:",
              "# fitted_measured.yaml): the bounded global fit over every validation source,",
-             "# one value per hardware class (constants.py).",
-             "constants:"]
+             "# one value per hardware class (constants.py)."]
+    if speedup_error is not None:
+        lines += ["# speedup_error: the median relative error of the published speedups over",
+                  "# plain decoding, each source predicted without its own points.",
+                  f"speedup_error: {speedup_error:.4f}"]
+    lines += ["constants:"]
     lines += [f"  {key}: {value:.6g}" for key, value in sorted(result.values.items())]
     lines += ["identifiability:"]
     lines += [f"  {i.key}: {i.status!r}" for i in result.identified]
     path.write_text("\n".join(lines) + "\n")
-    _fitted.cache_clear()
+    _shipped.cache_clear()
     return path

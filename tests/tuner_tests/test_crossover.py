@@ -8,6 +8,7 @@ from made_study import curve_trial
 
 from tuner.crossover import crossover
 from tuner.crossover import envelopes
+from tuner.crossover import study_crossover
 
 AR_TP = {"speculative_algorithm": "none", "tp_size": 8}
 DFLASH_TP = {"speculative_algorithm": "dflash", "tp_size": 8}
@@ -58,7 +59,7 @@ def test_a_configuration_measured_again_counts_by_its_median_not_its_luckiest_ru
     assert cross.as_dict() == {"by_concurrency": [{"concurrency": 1, "speedup": 110 / 120}],
                                "stops_paying_at": 1,
                                "note": "speculation never beats plain decoding here",
-                               "caveat": ""}
+                               "caveat": "", "margin": 0.0, "within_error_from": None}
 
 
 def test_without_both_kinds_there_is_nothing_to_compare():
@@ -84,3 +85,45 @@ def test_a_real_engines_levels_are_said_to_be_sampled_for_the_target_only():
     # One level is its own target: nothing to qualify.
     assert crossover(envelopes([curve_trial(0, AR_TP, {64: 5}),
                                 curve_trial(1, DFLASH_TP, {64: 6})]), 64).caveat == ""
+
+
+def test_predicted_speedups_within_the_models_error_of_parity_are_too_close_to_call():
+    """The performance model's speedups are as good as its error on published ones: where the
+    gain has fallen inside that error and stays there, the note says so instead of a verdict."""
+    falling = [curve_trial(0, AR_TP, {1: 100, 64: 600, 128: 800, 256: 900}),
+               curve_trial(1, DFLASH_TP, {1: 160, 64: 720, 128: 840, 256: 960})]
+    cross = crossover(envelopes(falling), margin=0.1)
+    assert cross.stops_at is None and cross.within_error_from == 128
+    assert cross.note == "speculation beats plain decoding at every measured concurrency"
+    assert cross.caveat == ("from concurrency 128 on, the two are within the model's speedup "
+                            "error of +-10%: measure there before relying on it")
+    assert cross.line().endswith(f"at every measured concurrency ({cross.caveat})")
+    assert cross.as_dict()["within_error_from"] == 128 and cross.as_dict()["margin"] == 0.1
+    wide = crossover(envelopes(falling), margin=0.5)
+    assert wide.within_error_from == 64 and wide.caveat.startswith("from concurrency 64 on,")
+    assert crossover(envelopes(falling), margin=0.7).caveat.startswith(
+        "at every level the two are within the model's speedup error of +-70%")
+    # Parity read in ratio either way: 0.90 is a loss beyond 10% (1 / 1.1 = 0.909).
+    lost = falling + [curve_trial(2, {**AR_TP, "tp_size": 4}, {512: 1000}),
+                      curve_trial(3, {**DFLASH_TP, "tp_size": 4}, {512: 900})]
+    cross = crossover(envelopes(lost), margin=0.1)
+    assert cross.stops_at == 512 and cross.within_error_from is None
+    assert cross.note == "speculation stops paying from concurrency 512" and not cross.caveat
+    assert crossover(envelopes(falling), margin=0.0).within_error_from is None
+    assert crossover(envelopes(falling)).note == (
+        "speculation beats plain decoding at every measured concurrency")
+
+
+def test_a_studys_crossover_carries_the_models_error_only_on_predicted_levels():
+    predicted = [curve_trial(0, AR_TP, {1: 100, 64: 600}),
+                 curve_trial(1, DFLASH_TP, {1: 160, 64: 630})]
+    measured = [curve_trial(t.trial_number, t.params,
+                            {c: m["output_tok_s"] for c, m in t.measurements.items()},
+                            predicted=False) for t in predicted]
+    model = study_crossover(predicted, 64, model_error=0.1)
+    assert (model.margin, model.within_error_from) == (0.1, 64)
+    assert model.caveat.startswith("from concurrency 64 on, the two are within")
+    engine = study_crossover(measured, 64, model_error=0.1)
+    assert (engine.margin, engine.within_error_from) == (0.0, None)
+    assert engine.caveat.startswith("levels other than 64")
+    assert engine.speedup == model.speedup

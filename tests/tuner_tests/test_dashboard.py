@@ -3,6 +3,7 @@ real headless Chromium."""
 
 from __future__ import annotations
 
+import html
 import http.client
 import importlib.util
 import io
@@ -26,6 +27,7 @@ import pytest
 from cli_helpers import UNBOUNDED_TTFT
 from cli_helpers import write_config
 
+from backends.perf_model.shipped import speedup_error
 from tuner import records
 from tuner.config import load_config
 from tuner.crossover import crossover
@@ -391,15 +393,34 @@ def test_dashboard_command_writes_the_report_and_prints_its_path(tmp_path):
     assert "plotly" in (tmp_path / "r.html").read_text()
 
 
+def test_the_speedup_panel_shades_parity_within_the_models_error_on_predicted_levels(studied):
+    """A model study's speedups are predictions: the lower panel shades 1.0 +- the model's
+    speedup error (the shipped fit's); measured levels get no band."""
+    url, _ = studied
+    data = load_study_data(url, HOSTILE)
+    margin = speedup_error(measured_kernels=True)
+    assert data.crossover.margin == margin > 0
+    bands = concurrency(data).figure.layout.shapes
+    assert [(b.y0, b.y1, b.yref) for b in bands if b.type == "rect"] == [
+        (pytest.approx(1 / (1 + margin)), pytest.approx(1 + margin), "y2")]
+    measured = replace(data, crossover=crossover(data.curves, sampled_for=data.target))
+    assert not [b for b in concurrency(measured).figure.layout.shapes if b.type == "rect"]
+
+
 def test_the_throughput_chart_says_under_its_title_when_levels_were_not_searched(studied):
     """A study a real engine measured: the chart's title gains a smaller second line, escaped,
-    saying the levels other than the target were not searched; a model study's has none."""
+    saying the levels other than the target were not searched; a model study's says only
+    where its speedups are within the model's error, if anywhere."""
     url, _ = studied
     data = load_study_data(url, HOSTILE)
     searched = concurrency(data).figure.layout.title.text
-    assert "<br>" not in searched and searched == data.crossover.note
+    assert "levels other than" not in searched
+    said = data.crossover.caveat
+    assert searched == html.escape(data.crossover.note) + (
+        f"<br><sup>{html.escape(said)}</sup>" if said else "")
     measured = replace(data, crossover=crossover(data.curves, sampled_for=data.target))
     title = concurrency(measured).figure.layout.title.text
-    assert title == (f"{data.crossover.note}<br><sup>levels other than {data.target} show what "
+    assert title == (f"{html.escape(measured.crossover.note)}<br><sup>levels other than "
+                     f"{data.target} show what "
                      f"configurations chosen for {data.target} reached there, not a search of "
                      "each</sup>")

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from backends.perf_model.shipped import speedup_error
 from cli_helpers import cli
 
 ARGS = ("estimate", "--gpu", "b200-sxm", "--gpus", "1", "--model", "qwen3-8b", "--tp", "1",
@@ -57,6 +58,29 @@ def test_estimate_dflash_speedup_is_largest_at_concurrency_1(tmp_path):
     speedup = [d["output_tok_s"] / p["output_tok_s"] for d, p in zip(dflash, plain)]
     assert speedup[0] > 1.0 and speedup[0] > speedup[-1]
     assert all(d["accept_len_mean"] == dflash[0]["accept_len_mean"] for d in dflash)
+
+
+def test_a_speculative_estimate_is_read_against_its_plain_twin_within_the_models_error(
+        tmp_path):
+    """The same launch without speculation is priced beside it: a `vs plain` column, and the
+    crossover's note with the model's speedup error on published speedups (the shipped fit's)."""
+    plain, _ = _levels(tmp_path, "--method", "none")
+    args = ("--method", "dflash", "--block-size", "16", "--acceptance-length", "6.5")
+    run = cli(*ARGS, *args, "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert [lv["plain_output_tok_s"] for lv in record["levels"]] == [
+        p["output_tok_s"] for p in plain]
+    versus = record["speculation_vs_plain"]
+    assert [row["speedup"] for row in versus["by_concurrency"]] == [
+        lv["output_tok_s"] / lv["plain_output_tok_s"] for lv in record["levels"]]
+    assert versus["margin"] == speedup_error(measured_kernels=True) > 0
+    assert versus["note"].startswith("speculation beats plain decoding")
+    assert "vs plain: the same launch without speculation; speculation" in run.stderr
+    assert versus["within_error_from"] is None or versus["caveat"]
+    plain_run = cli(*ARGS, "--method", "none", "--format", "json", cwd=tmp_path)
+    assert json.loads(plain_run.stdout)["speculation_vs_plain"] is None
+    assert "plain_output_tok_s" not in json.loads(plain_run.stdout)["levels"][0]
 
 
 def test_an_engine_release_with_serial_rounds_prices_their_work_whole(tmp_path):

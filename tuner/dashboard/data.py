@@ -15,13 +15,14 @@ from backends.launch_params import LaunchParams
 from tuner import records
 from tuner.config import Config
 from tuner.crossover import Crossover
-from tuner.crossover import crossover
 from tuner.crossover import envelopes
 from tuner.crossover import family_of
+from tuner.crossover import study_crossover
 from tuner.errors import NoResultError
 from tuner.records import TrialRecord
 from tuner.selection import candidates
 from tuner.selection import config_key
+from tuner.wiring import model_speedup_error
 
 
 @dataclass(slots=True)
@@ -96,8 +97,8 @@ def load_study_data(storage_url: str, study: str) -> StudyData:
         model_path=cfg.model.path, target=cfg.workload.target_concurrency,
         gpus=cfg.hardware.gpus, sla=list(cfg.workload.sla),
         trials=[_view(t) for t in trial_records], config=cfg,
-        curves=curves, crossover=crossover(curves, cfg.workload.target_concurrency if any(
-            t.engine_measured for t in trial_records) else None))
+        curves=curves, crossover=study_crossover(trial_records, cfg.workload.target_concurrency,
+                                                 model_speedup_error(cfg)))
     _mark_feasible(data, trial_records)
     _choose(data, cfg)
     return data

@@ -106,6 +106,11 @@ def concurrency(data: StudyData) -> Panel:
                                  name="best speculative / best AR", line=dict(color="black")),
                       2, 1)
         fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"), row=2, col=1)
+    if cross.levels and cross.margin:  # predicted speedups: parity within the model's error
+        fig.add_hrect(y0=1 / (1 + cross.margin), y1=1 + cross.margin, fillcolor="grey",
+                      opacity=0.15, line_width=0, row=2, col=1,
+                      annotation_text=f"model error +-{cross.margin:.0%}",
+                      annotation_position="top left")
     if cross.stops_at is not None:
         fig.add_vline(x=cross.stops_at, line=dict(color="crimson", dash="dot"))
     levels = sorted({c for curve in curves.values() for c in curve})
