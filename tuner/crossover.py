@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from backends.launch_params import LaunchParams
@@ -41,6 +41,9 @@ class Crossover:
     # 1 + margin of 1.0 either way is too close to call.
     margin: float = 0.0
     within_error_from: int | None = None  # first level from which every level is that close
+    # What a measurement at that level must compare: the fastest plain and the fastest
+    # speculative configuration the study holds there, as (trial number, launch label).
+    to_measure: list[tuple[int, str]] = field(default_factory=list)
 
     def line(self) -> str:
         """``1: 1.85x · 4: 0.98x ...; <note> (<caveat>)``, or the note alone."""
@@ -56,7 +59,9 @@ class Crossover:
         return {"by_concurrency": [{"concurrency": c, "speedup": s} for c, s
                                    in zip(self.levels, self.speedup, strict=True)],
                 "stops_paying_at": self.stops_at, "note": self.note, "caveat": self.caveat,
-                "margin": self.margin, "within_error_from": self.within_error_from}
+                "margin": self.margin, "within_error_from": self.within_error_from,
+                "to_measure": [{"trial": n, "configuration": label}
+                               for n, label in self.to_measure]}
 
 
 def envelopes(trials: Iterable[TrialRecord]) -> dict[str, dict[int, float]]:
@@ -93,8 +98,27 @@ def study_crossover(trials: list[TrialRecord], target: int, model_error: float) 
     searched one by one (:mod:`tuner.level_search`) and each speedup is as good as the model's
     ``model_error``; measured by a real engine, only the ``target`` level was searched."""
     measured = any(t.engine_measured for t in trials)
-    return crossover(envelopes(trials), sampled_for=target if measured else None,
-                     margin=0.0 if measured else model_error)
+    cross = crossover(envelopes(trials), sampled_for=target if measured else None,
+                      margin=0.0 if measured else model_error)
+    if cross.within_error_from is not None:
+        cross.to_measure = [(t.trial_number, t.launch.label()) for t in
+                            fastest_at(trials, cross.within_error_from)]
+    return cross
+
+
+def fastest_at(trials: list[TrialRecord], level: int) -> list[TrialRecord]:
+    """The first trial of the fastest plain and of the fastest speculative configuration at
+    ``level`` (a configuration by the median of its runs), plain first."""
+    fastest: dict[bool, tuple[float, str]] = {}
+    for family, params, curve in configuration_curves(trials):
+        spec, value = not family.startswith("AR"), curve.get(level, 0.0)
+        if value > fastest.get(spec, (0.0, ""))[0]:
+            fastest[spec] = (value, config_key(params))
+    first = {}
+    for t in trials:
+        if t.ok and t.launch is not None:
+            first.setdefault(config_key(t.params), t)
+    return [first[fastest[spec][1]] for spec in (False, True) if spec in fastest]
 
 
 def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None,

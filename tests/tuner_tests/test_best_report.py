@@ -90,7 +90,8 @@ def test_best_says_where_speculation_stops_paying_in_its_table_and_record(tmp_pa
         "by_concurrency": [{"concurrency": 1, "speedup": 1.5}, {"concurrency": 4, "speedup": 1.5},
                            {"concurrency": 128, "speedup": 0.6}],
         "stops_paying_at": 128, "note": "speculation stops paying from concurrency 128",
-        "caveat": "", "margin": speedup_error(measured_kernels=True), "within_error_from": None}
+        "caveat": "", "margin": speedup_error(measured_kernels=True), "within_error_from": None,
+        "to_measure": []}
 
 
 def test_best_says_when_the_models_speedups_are_too_close_to_parity_to_call(tmp_path):
@@ -104,8 +105,12 @@ def test_best_says_when_the_models_speedups_are_too_close_to_parity_to_call(tmp_
     assert ("128: 1.01x; speculation beats plain decoding at every measured concurrency (from "
             "concurrency 128 on, the two are within the model's speedup error of "
             f"+-{margin:.0%}: measure there before relying on it)") in said
+    assert ("to settle it at concurrency 128, measure trial 0 (TP8 plain graphs<=32 run128 "
+            "mem0.88) against trial 1 (TP8 dflash b6 graphs<=32 run128 mem0.88) (`dflash-tune "
+            "export` has their launch commands)") in said
     _, record = _best(tmp_path, "--format", "json")
     assert record["speculation_vs_plain"]["within_error_from"] == 128
+    assert [row["trial"] for row in record["speculation_vs_plain"]["to_measure"]] == [0, 1]
 
 
 def test_schedule_and_best_agree_when_medians_across_running_caps_disagree(tmp_path):

@@ -8,6 +8,7 @@ from made_study import curve_trial
 
 from tuner.crossover import crossover
 from tuner.crossover import envelopes
+from tuner.crossover import fastest_at
 from tuner.crossover import study_crossover
 
 AR_TP = {"speculative_algorithm": "none", "tp_size": 8}
@@ -59,7 +60,8 @@ def test_a_configuration_measured_again_counts_by_its_median_not_its_luckiest_ru
     assert cross.as_dict() == {"by_concurrency": [{"concurrency": 1, "speedup": 110 / 120}],
                                "stops_paying_at": 1,
                                "note": "speculation never beats plain decoding here",
-                               "caveat": "", "margin": 0.0, "within_error_from": None}
+                               "caveat": "", "margin": 0.0, "within_error_from": None,
+                               "to_measure": []}
 
 
 def test_without_both_kinds_there_is_nothing_to_compare():
@@ -123,7 +125,24 @@ def test_a_studys_crossover_carries_the_models_error_only_on_predicted_levels():
     model = study_crossover(predicted, 64, model_error=0.1)
     assert (model.margin, model.within_error_from) == (0.1, 64)
     assert model.caveat.startswith("from concurrency 64 on, the two are within")
+    assert model.to_measure == [(0, predicted[0].launch.label()),
+                                (1, predicted[1].launch.label())]
     engine = study_crossover(measured, 64, model_error=0.1)
-    assert (engine.margin, engine.within_error_from) == (0.0, None)
+    assert (engine.margin, engine.within_error_from, engine.to_measure) == (0.0, None, [])
     assert engine.caveat.startswith("levels other than 64")
     assert engine.speedup == model.speedup
+
+
+def test_what_to_measure_is_the_fastest_plain_and_speculative_configuration_at_the_level():
+    """By each configuration's median at that level, not its luckiest run or another level."""
+    ar_fast_early = {**AR_TP, "max_running_requests": 32}
+    ar_fast_late = {**AR_TP, "max_running_requests": 256}
+    trials = [curve_trial(0, ar_fast_early, {1: 100, 128: 500}),
+              curve_trial(1, ar_fast_late, {1: 90, 128: 800}),
+              curve_trial(2, DFLASH_TP, {1: 160, 128: 700}),
+              curve_trial(3, DFLASH_TP, {1: 160, 128: 1000}),
+              curve_trial(4, DFLASH_TP, {1: 160, 128: 820}),
+              curve_trial(5, DDTREE_EP, {1: 150, 128: 810})]
+    assert [t.trial_number for t in fastest_at(trials, 128)] == [1, 2]
+    assert [t.trial_number for t in fastest_at(trials, 1)] == [0, 2]
+    assert fastest_at(trials[:1], 128)[0].trial_number == 0  # no speculative one: plain alone
