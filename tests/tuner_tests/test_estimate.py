@@ -75,9 +75,11 @@ def test_a_speculative_estimate_is_read_against_its_plain_twin_within_the_models
     assert [row["speedup"] for row in versus["by_concurrency"]] == [
         lv["output_tok_s"] / lv["plain_output_tok_s"] for lv in record["levels"]]
     assert versus["margin"] == speedup_error(measured_kernels=True) > 0
-    assert versus["note"].startswith("speculation beats plain decoding")
-    assert "vs plain: the same launch without speculation; speculation" in run.stderr
-    assert versus["within_error_from"] is None or versus["caveat"]
+    # 2.5x and more at every level here: far outside the error, so a verdict and no caveat.
+    assert versus["note"] == "speculation beats plain decoding at every measured concurrency"
+    assert versus["within_error_from"] is None and versus["caveat"] == ""
+    assert ("vs plain: the same launch without speculation; speculation beats plain decoding "
+            "at every measured concurrency") in " ".join(run.stderr.split())
     plain_run = cli(*ARGS, "--method", "none", "--format", "json", cwd=tmp_path)
     assert json.loads(plain_run.stdout)["speculation_vs_plain"] is None
     assert "plain_output_tok_s" not in json.loads(plain_run.stdout)["levels"][0]
