@@ -144,7 +144,7 @@ def kv_rows(sources: list[Reference]) -> list[tuple[str, int, float]]:
     return out
 
 
-def print_report(sources, full, loso, old_rows, results, kv) -> None:
+def print_report(sources, full, loso, old_rows, results, kv, error) -> None:
     print("per source and point: observed, predicted in-sample (all sources), "
           "leave-one-source-out, pre-issue-15 constants\n")
     for src in sources:
@@ -165,7 +165,7 @@ def print_report(sources, full, loso, old_rows, results, kv) -> None:
     for i in full.identified:
         print(f"  {i.key:<34} {i.value:>9.4g}  bounds [{i.low:g}, {i.high:g}]  {i.status}")
     print(f"\nspeedup error (median over the published speedups, leave-one-source-out): "
-          f"{speedup_error(loso):.1%}")
+          f"{error:.1%}")
     print("\nchecks")
     for text, ok in results:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}")
@@ -187,15 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     loso = leave_one_out(sources, args.starts, full)
     old_rows = {s.name: rows_under(s, OLD) for s in sources}
     results = checks(full, loso)
-    kv = kv_rows(sources)
-    print_report(sources, full, loso, old_rows, results, kv)
+    kv, error = kv_rows(sources), speedup_error(loso)
+    print_report(sources, full, loso, old_rows, results, kv, error)
     if args.write:
-        path = write_fitted(full, fitted_path(args.measured_kernels), speedup_error(loso))
+        path = write_fitted(full, fitted_path(args.measured_kernels), error)
         print(f"\nwrote {path}")
     print(host_line(), file=sys.stderr)
     save_json(args.json, {
         "constants": full.values,
-        "speedup_error": speedup_error(loso),
+        "speedup_error": error,
         "identified": [{"key": i.key, "value": i.value, "status": i.status}
                        for i in full.identified],
         "sources": {name: [{"name": r.name, "metric": r.metric, "observed": r.observed,

@@ -68,12 +68,22 @@ def envelopes(trials: Iterable[TrialRecord]) -> dict[str, dict[int, float]]:
     """Per family, the best output tok/s any of its configurations reached at each level (a
     configuration measured more than once by the median of its runs): what the family can do
     at that load, whichever of its configurations you would pick there."""
-    best: dict[str, dict[int, float]] = {}
-    for family, _, curve in configuration_curves(trials):
-        envelope = best.setdefault(family, {})
+    best = family_bests(trials)
+    return {f: {level: by_family[f][0] for level, by_family in best.items() if f in by_family}
+            for f in FAMILIES if any(f in by_family for by_family in best.values())}
+
+
+def family_bests(trials: Iterable[TrialRecord]
+                 ) -> dict[int, dict[str, tuple[float, dict[str, Any]]]]:
+    """Per level (ascending), each family's fastest configuration there: its output tok/s (by
+    the median of its runs) and its params."""
+    best: dict[int, dict[str, tuple[float, dict[str, Any]]]] = {}
+    for family, params, curve in configuration_curves(trials):
         for level, value in curve.items():
-            envelope[level] = max(envelope.get(level, 0.0), value)
-    return {f: dict(sorted(best[f].items())) for f in FAMILIES if f in best}
+            by_family = best.setdefault(level, {})
+            if family not in by_family or value > by_family[family][0]:
+                by_family[family] = (value, params)
+    return dict(sorted(best.items()))
 
 
 def configuration_curves(trials: Iterable[TrialRecord]
@@ -109,16 +119,16 @@ def study_crossover(trials: list[TrialRecord], target: int, model_error: float) 
 def fastest_at(trials: list[TrialRecord], level: int) -> list[TrialRecord]:
     """The first trial of the fastest plain and of the fastest speculative configuration at
     ``level`` (a configuration by the median of its runs), plain first."""
-    fastest: dict[bool, tuple[float, str]] = {}
-    for family, params, curve in configuration_curves(trials):
-        spec, value = not family.startswith("AR"), curve.get(level, 0.0)
-        if value > fastest.get(spec, (0.0, ""))[0]:
-            fastest[spec] = (value, config_key(params))
-    first = {}
+    fastest: dict[bool, tuple[float, dict[str, Any]]] = {}
+    for family, (value, params) in family_bests(trials).get(level, {}).items():
+        spec = not family.startswith("AR")
+        if spec not in fastest or value > fastest[spec][0]:
+            fastest[spec] = (value, params)
+    first: dict[str, TrialRecord] = {}
     for t in trials:
         if t.ok and t.launch is not None:
             first.setdefault(config_key(t.params), t)
-    return [first[fastest[spec][1]] for spec in (False, True) if spec in fastest]
+    return [first[config_key(fastest[spec][1])] for spec in (False, True) if spec in fastest]
 
 
 def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None,

@@ -29,7 +29,7 @@ from backends import Workload
 from search_spaces import SearchSpace
 from tuner import records
 from tuner.crossover import algorithm_and_layout
-from tuner.crossover import configuration_curves
+from tuner.crossover import family_bests
 from tuner.crossover import family_of
 from tuner.params import parse
 from tuner.selection import config_key
@@ -116,13 +116,8 @@ class LevelSearch:
 
 def walk_starts(trials: list[records.TrialRecord]) -> dict[int, dict[str, dict[str, Any]]]:
     """Per level, each family's best configuration there among ``trials``' successful ones."""
-    best: dict[int, dict[str, tuple[float, dict[str, Any]]]] = {}
-    for family, params, curve in configuration_curves(trials):
-        for level, value in curve.items():
-            if value > best.setdefault(level, {}).get(family, (0.0, None))[0]:
-                best[level][family] = (value, params)
-    return {level: {f: params for f, (_, params) in by_family.items()}
-            for level, by_family in sorted(best.items())}
+    return {level: {family: params for family, (_, params) in by_family.items()}
+            for level, by_family in family_bests(trials).items()}
 
 
 def search_levels(search: LevelSearch, study: optuna.Study, objective: Callable,
