@@ -41,9 +41,16 @@ class Crossover:
     # 1 + margin of 1.0 either way is too close to call.
     margin: float = 0.0
     within_error_from: int | None = None  # first level from which every level is that close
-    # What a measurement at that level must compare: the fastest plain and the fastest
+    within_error_at: list[int] = field(default_factory=list)  # every level that close
+    # What a measurement at ``settle_at`` must compare: the fastest plain and the fastest
     # speculative configuration the study holds there, as (trial number, launch label).
     to_measure: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def settle_at(self) -> int | None:
+        """The level a measurement should settle: the first of the close tail (where
+        speculation may stop paying), else the first close level."""
+        return self.within_error_from or next(iter(self.within_error_at), None)
 
     def line(self) -> str:
         """``1: 1.85x · 4: 0.98x ...; <note> (<caveat>)``, or the note alone."""
@@ -60,6 +67,7 @@ class Crossover:
                                    in zip(self.levels, self.speedup, strict=True)],
                 "stops_paying_at": self.stops_at, "note": self.note, "caveat": self.caveat,
                 "margin": self.margin, "within_error_from": self.within_error_from,
+                "within_error_at": self.within_error_at, "settle_at": self.settle_at,
                 "to_measure": [{"trial": n, "configuration": label}
                                for n, label in self.to_measure]}
 
@@ -110,9 +118,9 @@ def study_crossover(trials: list[TrialRecord], target: int, model_error: float) 
     measured = any(t.engine_measured for t in trials)
     cross = crossover(envelopes(trials), sampled_for=target if measured else None,
                       margin=0.0 if measured else model_error)
-    if cross.within_error_from is not None:
-        cross.to_measure = [(t.trial_number, t.launch.label()) for t in
-                            fastest_at(trials, cross.within_error_from)]
+    if cross.settle_at is not None:
+        cross.to_measure = [(t.trial_number, t.launch.label())
+                            for t in fastest_at(trials, cross.settle_at)]
     return cross
 
 
@@ -151,15 +159,32 @@ def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = Non
 def _mark_within_error(cross: Crossover, margin: float) -> None:
     close = [s is not None and 1 / (1 + margin) <= s <= 1 + margin for s in cross.speedup]
     cross.margin = margin
+    cross.within_error_at = [c for c, near in zip(cross.levels, close, strict=True) if near]
     cross.within_error_from = next((c for i, c in enumerate(cross.levels) if all(close[i:])),
                                    None)
-    if cross.within_error_from is None:
+    if not cross.within_error_at:
         return
-    where = ("at every level" if cross.within_error_from == cross.levels[0]
-             else f"from concurrency {cross.within_error_from} on,")
-    said = (f"{where} the two are within the model's speedup error of +-{margin:.0%}: measure "
-            "there before relying on it")
+    said = (f"{_where(cross)} the two are within the model's speedup error of +-{margin:.0%}: "
+            "measure there before relying on it")
     cross.caveat = f"{cross.caveat}; {said}" if cross.caveat else said
+
+
+def _where(cross: Crossover) -> str:
+    """``at every level``, ``from concurrency 128 on,``, ``at concurrency 4 and 16,`` or
+    ``at concurrency 4 and from concurrency 128 on,``: the levels too close to call."""
+    tail = cross.within_error_from
+    if tail == cross.levels[0]:
+        return "at every level"
+    isolated = [c for c in cross.within_error_at if tail is None or c < tail]
+    shown = [f"at concurrency {_listed(isolated)}"] if isolated else []
+    shown += [f"from concurrency {tail} on"] if tail is not None else []
+    return " and ".join(shown) + ","
+
+
+def _listed(levels: list[int]) -> str:
+    """``4``, ``4 and 16``, ``4, 8 and 16``."""
+    words = [str(c) for c in levels]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _crossover(curves: dict[str, dict[int, float]]) -> Crossover:

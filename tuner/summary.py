@@ -45,7 +45,7 @@ def show_best(result: BestResult) -> None:
         render.note("speculation vs plain (the best configuration of each at each concurrency): "
                     + result.crossover.line())
         if result.crossover.to_measure:
-            render.note(f"to settle it at concurrency {result.crossover.within_error_from}, "
+            render.note(f"to settle it at concurrency {result.crossover.settle_at}, "
                         "measure " + " against ".join(
                             f"trial {n} ({label})" for n, label in result.crossover.to_measure)
                         + " (`dflash-tune export` has their launch commands)")

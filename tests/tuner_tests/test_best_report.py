@@ -91,7 +91,7 @@ def test_best_says_where_speculation_stops_paying_in_its_table_and_record(tmp_pa
                            {"concurrency": 128, "speedup": 0.6}],
         "stops_paying_at": 128, "note": "speculation stops paying from concurrency 128",
         "caveat": "", "margin": speedup_error(measured_kernels=True), "within_error_from": None,
-        "to_measure": []}
+        "within_error_at": [], "settle_at": None, "to_measure": []}
 
 
 def test_best_says_when_the_models_speedups_are_too_close_to_parity_to_call(tmp_path):
@@ -110,6 +110,7 @@ def test_best_says_when_the_models_speedups_are_too_close_to_parity_to_call(tmp_
             "export` has their launch commands)") in said
     _, record = _best(tmp_path, "--format", "json")
     assert record["speculation_vs_plain"]["within_error_from"] == 128
+    assert record["speculation_vs_plain"]["settle_at"] == 128
     assert [row["trial"] for row in record["speculation_vs_plain"]["to_measure"]] == [0, 1]
 
 

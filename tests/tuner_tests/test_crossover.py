@@ -61,7 +61,7 @@ def test_a_configuration_measured_again_counts_by_its_median_not_its_luckiest_ru
                                "stops_paying_at": 1,
                                "note": "speculation never beats plain decoding here",
                                "caveat": "", "margin": 0.0, "within_error_from": None,
-                               "to_measure": []}
+                               "within_error_at": [], "settle_at": None, "to_measure": []}
 
 
 def test_without_both_kinds_there_is_nothing_to_compare():
@@ -101,6 +101,7 @@ def test_predicted_speedups_within_the_models_error_of_parity_are_too_close_to_c
                             "error of +-10%: measure there before relying on it")
     assert cross.line().endswith(f"at every measured concurrency ({cross.caveat})")
     assert cross.as_dict()["within_error_from"] == 128 and cross.as_dict()["margin"] == 0.1
+    assert cross.within_error_at == [128, 256] and cross.settle_at == 128
     wide = crossover(envelopes(falling), margin=0.5)
     assert wide.within_error_from == 64 and wide.caveat.startswith("from concurrency 64 on,")
     assert crossover(envelopes(falling), margin=0.7).caveat.startswith(
@@ -110,10 +111,36 @@ def test_predicted_speedups_within_the_models_error_of_parity_are_too_close_to_c
                       curve_trial(3, {**DFLASH_TP, "tp_size": 4}, {512: 900})]
     cross = crossover(envelopes(lost), margin=0.1)
     assert cross.stops_at == 512 and cross.within_error_from is None
-    assert cross.note == "speculation stops paying from concurrency 512" and not cross.caveat
+    assert cross.note == "speculation stops paying from concurrency 512"
+    # The levels before the clear loss are still inside the error: they are named, not called.
+    assert cross.caveat.startswith("at concurrency 128 and 256, the two are within")
     assert crossover(envelopes(falling), margin=0.0).within_error_from is None
     assert crossover(envelopes(falling)).note == (
         "speculation beats plain decoding at every measured concurrency")
+
+
+def test_every_level_too_close_to_call_is_named_not_only_the_tail():
+    """The reference node's MoE: at 4 requests a verify touches several times the experts a
+    plain step does, so the gain there can dip inside the model's error while it is clear at
+    16 and 32; that level is as uncertain as the tail and the caveat names it."""
+    dip = [curve_trial(0, AR_TP, {1: 86, 4: 234, 16: 398, 32: 498, 128: 868, 256: 954}),
+           curve_trial(1, DFLASH_TP, {1: 144, 4: 262, 16: 510, 32: 651, 128: 915, 256: 1020})]
+    cross = crossover(envelopes(dip), margin=0.16)
+    assert cross.within_error_at == [4, 128, 256] and cross.within_error_from == 128
+    assert cross.caveat == ("at concurrency 4 and from concurrency 128 on, the two are within "
+                            "the model's speedup error of +-16%: measure there before relying "
+                            "on it")
+    assert cross.settle_at == 128
+    middle = [curve_trial(0, AR_TP, {1: 86, 4: 234, 8: 300, 16: 398}),
+              curve_trial(1, DFLASH_TP, {1: 144, 4: 262, 8: 320, 16: 510})]
+    alone = crossover(envelopes(middle), margin=0.16)
+    assert alone.within_error_from is None and alone.within_error_at == [4, 8]
+    assert alone.caveat.startswith("at concurrency 4 and 8, the two are within")
+    assert alone.settle_at == 4
+    assert alone.note == "speculation beats plain decoding at every measured concurrency"
+    three = crossover(envelopes([*middle, curve_trial(2, AR_TP, {2: 150}),
+                                 curve_trial(3, DFLASH_TP, {2: 160})]), margin=0.16)
+    assert three.caveat.startswith("at concurrency 2, 4 and 8, the two")
 
 
 def test_a_studys_crossover_carries_the_models_error_only_on_predicted_levels():
