@@ -153,12 +153,15 @@ def export(config: ConfigOpt = None, study: StudyOpt = None, storage: StorageOpt
                "--format", help="csv: a row per trial and level; json: levels nested; parquet "
                "(needs pyarrow): as csv.")] = ExportFormat.csv,
            out: Annotated[Path | None, typer.Option(help="File to write (default: stdout).")]
-           = None) -> None:
+           = None,
+           trial: Annotated[list[int] | None, typer.Option(
+               "--trial", help="Only this trial, by its number (repeatable): e.g. the two "
+               "`best` names to measure.")] = None) -> None:
     """Every trial and concurrency level with its metrics, parameters and launch command."""
     from tuner.export import export_study
 
     cfg = _config(config, **{"study.storage": storage, "study.name": study})
-    export_study(cfg, fmt.value, out)
+    export_study(cfg, fmt.value, out, trial)
 
 
 @app.command()

@@ -30,10 +30,12 @@ class MissingDependency(TunerError):
     exit_code = 2
 
 
-def export_study(cfg: Config, fmt: str, out: Path | None) -> None:
-    """Write the study of ``cfg`` in ``fmt`` to ``out``, or to stdout."""
+def export_study(cfg: Config, fmt: str, out: Path | None,
+                 only: Sequence[int] | None = None) -> None:
+    """Write the study of ``cfg`` (its trials numbered ``only``, if given) in ``fmt`` to
+    ``out``, or to stdout."""
     db, _ = open_records(cfg.study.storage, cfg.study.name)
-    trials = records.load_trials(db, cfg.study.name)
+    trials = _numbered(records.load_trials(db, cfg.study.name), only, cfg.study.name)
     data = export(cfg.study.name, trials, fmt)
     if out is None:
         sys.stdout.flush()
@@ -45,6 +47,20 @@ def export_study(cfg: Config, fmt: str, out: Path | None) -> None:
     except OSError as err:
         raise TunerError(f"cannot write {out}: {err.strerror or err}") from None
     render.note(f"{len(trials)} trials of {cfg.study.name!r} written to {out}")
+
+
+def _numbered(trials: list[TrialRecord], only: Sequence[int] | None,
+              study: str) -> list[TrialRecord]:
+    """The trials numbered ``only`` (all of them when None), in study order."""
+    if not only:
+        return trials
+    held = {t.trial_number for t in trials}
+    missing = sorted(set(only) - held)
+    if missing:
+        span = f"trials {min(held)}-{max(held)}" if held else "no trials"
+        raise TunerError(f"no trial {', '.join(map(str, missing))} in study {study!r} "
+                         f"(it holds {span})")
+    return [t for t in trials if t.trial_number in set(only)]
 
 
 def trial_dicts(study: str, trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:

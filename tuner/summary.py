@@ -45,10 +45,11 @@ def show_best(result: BestResult) -> None:
         render.note("speculation vs plain (the best configuration of each at each concurrency): "
                     + result.crossover.line())
         if result.crossover.to_measure:
-            render.note(f"to settle it at concurrency {result.crossover.settle_at}, "
-                        "measure " + " against ".join(
-                            f"trial {n} ({label})" for n, label in result.crossover.to_measure)
-                        + " (`dflash-tune export` has their launch commands)")
+            pair = result.crossover.to_measure
+            render.note(f"to settle it at concurrency {result.crossover.settle_at}, measure "
+                        + " against ".join(f"trial {n} ({label})" for n, label in pair)
+                        + " (`dflash-tune export " + " ".join(f"--trial {n}" for n, _ in pair)
+                        + "` has their launch commands)")
     for warning in result.warnings:
         render.note(f"warning: {warning}", "yellow")
     for line in result.evidence():

@@ -107,7 +107,7 @@ def test_best_says_when_the_models_speedups_are_too_close_to_parity_to_call(tmp_
             f"+-{margin:.0%}: measure there before relying on it)") in said
     assert ("to settle it at concurrency 128, measure trial 0 (TP8 plain graphs<=32 run128 "
             "mem0.88) against trial 1 (TP8 dflash b6 graphs<=32 run128 mem0.88) (`dflash-tune "
-            "export` has their launch commands)") in said
+            "export --trial 0 --trial 1` has their launch commands)") in said
     _, record = _best(tmp_path, "--format", "json")
     assert record["speculation_vs_plain"]["within_error_from"] == 128
     assert record["speculation_vs_plain"]["settle_at"] == 128

@@ -51,6 +51,22 @@ def test_export_json_nests_levels_under_each_trial_and_out_writes_a_file(tmp_pat
     assert unwritable.returncode == 1 and unwritable.stderr.count("\n") == 1
 
 
+def test_export_trial_keeps_only_the_trials_named_and_refuses_unknown_ones(tmp_path):
+    """`best` names two trials to measure; `export --trial` gives just their launch commands."""
+    make_study(tmp_path, STUDY)
+    result = cli("export", "--format", "json", "--trial", "2", "--trial", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [t["trial"] for t in doc["trials"]] == [0, 2]
+    assert doc["trials"][0]["params"] == PLAIN and doc["trials"][1]["status"] == "oom"
+    rows = list(csv.DictReader(io.StringIO(cli("export", "--trial", "1", cwd=tmp_path).stdout)))
+    assert {r["trial"] for r in rows} == {"1"} and len(rows) == 3
+    unknown = cli("export", "--trial", "1", "--trial", "7", "--trial", "9", cwd=tmp_path)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert unknown.stderr.strip() == ("error: no trial 7, 9 in study 'made' (it holds trials "
+                                      "0-2)")
+
+
 def test_export_parquet_writes_the_csv_rows_or_says_to_install_pyarrow(tmp_path):
     make_study(tmp_path, STUDY)
     out = tmp_path / "trials.parquet"
