@@ -42,7 +42,6 @@ from tuner.sla import with_bounds
 from tuner.storage import shown_url
 from tuner.wiring import launch_target_from
 from tuner.wiring import measured_kernels
-from tuner.wiring import model_speedup_error
 
 DEFAULT_TOP = 10  # front members shown and returned
 
@@ -197,7 +196,7 @@ def find_best(cfg: Config, engine: str | None, sla: list[str] | None,
                       hardware=f"{run_cfg.hardware.gpus}x {run_cfg.hardware.gpu}", top=top,
                       measured_only=_measured_only(lp, measured_kernels(run_cfg)),
                       predicted_only=_predicted_only(lp, trials),
-                      crossover=study_crossover(trials, target, model_speedup_error(run_cfg)))
+                      crossover=study_crossover(trials, run_cfg))
 
 
 def _measured_only(launch: LaunchParams | None, measured_kernels: bool) -> dict[str, Any]:

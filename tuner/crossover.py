@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.launch_params import LaunchParams
+from tuner.config import Config
 from tuner.records import TrialRecord
 from tuner.selection import config_key
+from tuner.wiring import model_speedup_error
 
 ALGORITHMS = {"none": "AR", "dflash": "DFlash", "ddtree": "DDTree"}
 # Fixed order so a family keeps its colour from one report to the next.
@@ -111,13 +113,17 @@ def configuration_curves(trials: Iterable[TrialRecord]
             for family, params, levels in runs.values()]
 
 
-def study_crossover(trials: list[TrialRecord], target: int, model_error: float) -> Crossover:
-    """The crossover of a study's trials. Predicted by the performance model, its levels are
-    searched one by one (:mod:`tuner.level_search`) and each speedup is as good as the model's
-    ``model_error``; measured by a real engine, only the ``target`` level was searched."""
+def study_crossover(trials: list[TrialRecord], cfg: Config) -> Crossover:
+    """The crossover of the trials of the study ``cfg`` ran. Predicted by the performance model,
+    its levels are searched one by one (:mod:`tuner.level_search`) and each speedup is as good
+    as the model's error on published speedups; measured by a real engine, only its target
+    level was searched, or (``launch_aware``) each launch measured where its search for its own
+    SLA limit went."""
     measured = any(t.engine_measured for t in trials)
-    cross = crossover(envelopes(trials), sampled_for=target if measured else None,
-                      margin=0.0 if measured else model_error)
+    searched = ("sla_limits" if cfg.tuning.strategy == "launch_aware"
+                else cfg.workload.target_concurrency)
+    cross = crossover(envelopes(trials), sampled_for=searched if measured else None,
+                      margin=0.0 if measured else model_speedup_error(cfg))
     if cross.settle_at is not None:
         cross.to_measure = [(t.trial_number, t.launch.label())
                             for t in fastest_at(trials, cross.settle_at)]
@@ -139,16 +145,19 @@ def fastest_at(trials: list[TrialRecord], level: int) -> list[TrialRecord]:
     return [first[config_key(fastest[spec][1])] for spec in (False, True) if spec in fastest]
 
 
-def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None,
+def crossover(curves: dict[str, dict[int, float]], sampled_for: int | str | None = None,
               margin: float = 0.0) -> Crossover:
-    """Best speculative over best plain output rate per level. ``sampled_for``: the target
-    concurrency of a study whose configurations were chosen for that level alone (a real
-    engine's: :mod:`tuner.level_search` searches every level only on the performance model),
-    which the caveat then says. ``margin``: the relative error of a predicted speedup; from
-    the level on which every speedup is within it of parity, the caveat says the two are too
-    close to call."""
+    """Best speculative over best plain output rate per level. ``sampled_for``: how a real
+    engine's study chose what to launch, which the caveat then says: for its target
+    concurrency alone (:mod:`tuner.level_search` searches every level only on the performance
+    model), or ``"sla_limits"``: each launch for its own SLA limit, its levels those the search
+    measured. ``margin``: the relative error of a predicted speedup; at every level within it
+    of parity, the caveat says the two are too close to call."""
     cross = _crossover(curves)
-    if sampled_for is not None and len(cross.levels) > 1:
+    if sampled_for == "sla_limits" and cross.levels:
+        cross.caveat = ("each level is one where some launch's search for its own SLA limit "
+                        "measured, not a sweep of each configuration")
+    elif sampled_for is not None and len(cross.levels) > 1:
         cross.caveat = (f"levels other than {sampled_for} show what configurations chosen for "
                         f"{sampled_for} reached there, not a search of each")
     if margin > 0:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from made_study import curve_trial
 
+from backends.perf_model.shipped import speedup_error
+from tuner.config import load_config
 from tuner.crossover import crossover
 from tuner.crossover import envelopes
 from tuner.crossover import fastest_at
@@ -149,15 +151,31 @@ def test_a_studys_crossover_carries_the_models_error_only_on_predicted_levels():
     measured = [curve_trial(t.trial_number, t.params,
                             {c: m["output_tok_s"] for c, m in t.measurements.items()},
                             predicted=False) for t in predicted]
-    model = study_crossover(predicted, 64, model_error=0.1)
-    assert (model.margin, model.within_error_from) == (0.1, 64)
+    cfg = load_config(None)  # the reference node, target 64, measured kernels
+    model = study_crossover(predicted, cfg)
+    assert (model.margin, model.within_error_from) == (speedup_error(measured_kernels=True), 64)
     assert model.caveat.startswith("from concurrency 64 on, the two are within")
     assert model.to_measure == [(0, predicted[0].launch.label()),
                                 (1, predicted[1].launch.label())]
-    engine = study_crossover(measured, 64, model_error=0.1)
+    engine = study_crossover(measured, cfg)
     assert (engine.margin, engine.within_error_from, engine.to_measure) == (0.0, None, [])
     assert engine.caveat.startswith("levels other than 64")
     assert engine.speedup == model.speedup
+
+
+def test_a_launch_aware_studys_levels_are_said_to_be_where_its_searches_went():
+    """Each launch searches its own SLA limit: its levels are where that search measured
+    (71, 72, ...), neither the target nor a sweep of each configuration."""
+    measured = [curve_trial(0, AR_TP, {1: 58, 71: 628, 72: 689}, predicted=False),
+                curve_trial(1, DFLASH_TP, {1: 140, 71: 768, 72: 722}, predicted=False)]
+    cfg = load_config(None, {"tuning.strategy": "launch_aware", "backend.name": "simulated"})
+    cross = study_crossover(measured, cfg)
+    assert cross.levels == [1, 71, 72] and cross.margin == 0.0
+    assert cross.caveat == ("each level is one where some launch's search for its own SLA "
+                            "limit measured, not a sweep of each configuration")
+    one = study_crossover([curve_trial(0, AR_TP, {1: 58}, predicted=False),
+                           curve_trial(1, DFLASH_TP, {1: 140}, predicted=False)], cfg)
+    assert one.caveat.startswith("each level is one where")
 
 
 def test_what_to_measure_is_the_fastest_plain_and_speculative_configuration_at_the_level():

@@ -22,7 +22,6 @@ from tuner.errors import NoResultError
 from tuner.records import TrialRecord
 from tuner.selection import candidates
 from tuner.selection import config_key
-from tuner.wiring import model_speedup_error
 
 
 @dataclass(slots=True)
@@ -97,8 +96,7 @@ def load_study_data(storage_url: str, study: str) -> StudyData:
         model_path=cfg.model.path, target=cfg.workload.target_concurrency,
         gpus=cfg.hardware.gpus, sla=list(cfg.workload.sla),
         trials=[_view(t) for t in trial_records], config=cfg,
-        curves=curves, crossover=study_crossover(trial_records, cfg.workload.target_concurrency,
-                                                 model_speedup_error(cfg)))
+        curves=curves, crossover=study_crossover(trial_records, cfg))
     _mark_feasible(data, trial_records)
     _choose(data, cfg)
     return data
