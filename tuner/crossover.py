@@ -120,10 +120,11 @@ def study_crossover(trials: list[TrialRecord], cfg: Config) -> Crossover:
     level was searched, or (``launch_aware``) each launch measured where its search for its own
     SLA limit went."""
     measured = any(t.engine_measured for t in trials)
-    searched = ("sla_limits" if cfg.tuning.strategy == "launch_aware"
-                else cfg.workload.target_concurrency)
-    cross = crossover(envelopes(trials), sampled_for=searched if measured else None,
-                      margin=0.0 if measured else model_speedup_error(cfg))
+    launch_aware = cfg.tuning.strategy == "launch_aware"
+    cross = crossover(envelopes(trials), margin=0.0 if measured else model_speedup_error(cfg),
+                      sampled_for=cfg.workload.target_concurrency
+                      if measured and not launch_aware else None,
+                      sla_limits=measured and launch_aware)
     if cross.settle_at is not None:
         cross.to_measure = [(t.trial_number, t.launch.label())
                             for t in fastest_at(trials, cross.settle_at)]
@@ -145,16 +146,16 @@ def fastest_at(trials: list[TrialRecord], level: int) -> list[TrialRecord]:
     return [first[config_key(fastest[spec][1])] for spec in (False, True) if spec in fastest]
 
 
-def crossover(curves: dict[str, dict[int, float]], sampled_for: int | str | None = None,
-              margin: float = 0.0) -> Crossover:
-    """Best speculative over best plain output rate per level. ``sampled_for``: how a real
-    engine's study chose what to launch, which the caveat then says: for its target
-    concurrency alone (:mod:`tuner.level_search` searches every level only on the performance
-    model), or ``"sla_limits"``: each launch for its own SLA limit, its levels those the search
-    measured. ``margin``: the relative error of a predicted speedup; at every level within it
-    of parity, the caveat says the two are too close to call."""
+def crossover(curves: dict[str, dict[int, float]], sampled_for: int | None = None,
+              margin: float = 0.0, sla_limits: bool = False) -> Crossover:
+    """Best speculative over best plain output rate per level. How a real engine's study
+    chose what to launch, which the caveat then says: ``sampled_for`` its target concurrency
+    alone (:mod:`tuner.level_search` searches every level only on the performance model), or
+    ``sla_limits``: each launch its own SLA limit, its levels those its search measured.
+    ``margin``: the relative error of a predicted speedup; at every level within it of
+    parity, the caveat says the two are too close to call."""
     cross = _crossover(curves)
-    if sampled_for == "sla_limits" and cross.levels:
+    if sla_limits and cross.levels:
         cross.caveat = ("each level is one where some launch's search for its own SLA limit "
                         "measured, not a sweep of each configuration")
     elif sampled_for is not None and len(cross.levels) > 1:
