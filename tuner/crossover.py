@@ -64,6 +64,16 @@ class Crossover:
         """``<note> (<caveat>)``, or the note alone."""
         return f"{self.note} ({self.caveat})" if self.caveat else self.note
 
+    def settle_line(self) -> str:
+        """``to settle it at concurrency 128, measure trial 7 (...) against trial 9 (...)
+        (`dflash-tune export --trial 7 --trial 9` has their launch commands)``, or ""."""
+        if not self.to_measure:
+            return ""
+        pair = " against ".join(f"trial {n} ({label})" for n, label in self.to_measure)
+        export = " ".join(f"--trial {n}" for n, _ in self.to_measure)
+        return (f"to settle it at concurrency {self.settle_at}, measure {pair} (`dflash-tune "
+                f"export {export}` has their launch commands)")
+
     def as_dict(self) -> dict[str, Any]:
         return {"by_concurrency": [{"concurrency": c, "speedup": s} for c, s
                                    in zip(self.levels, self.speedup, strict=True)],

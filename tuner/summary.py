@@ -44,12 +44,8 @@ def show_best(result: BestResult) -> None:
     if result.crossover is not None:
         render.note("speculation vs plain (the best configuration of each at each concurrency): "
                     + result.crossover.line())
-        if result.crossover.to_measure:
-            pair = result.crossover.to_measure
-            render.note(f"to settle it at concurrency {result.crossover.settle_at}, measure "
-                        + " against ".join(f"trial {n} ({label})" for n, label in pair)
-                        + " (`dflash-tune export " + " ".join(f"--trial {n}" for n, _ in pair)
-                        + "` has their launch commands)")
+        if settle := result.crossover.settle_line():
+            render.note(settle)
     for warning in result.warnings:
         render.note(f"warning: {warning}", "yellow")
     for line in result.evidence():

@@ -407,6 +407,22 @@ def test_the_speedup_panel_shades_parity_within_the_models_error_on_predicted_le
     assert not [b for b in concurrency(measured).figure.layout.shapes if b.type == "rect"]
 
 
+def test_the_throughput_chart_names_what_to_measure_where_the_model_cannot_call_it(studied):
+    """Under the chart, as under `best`'s table: the two configurations to launch and the
+    `export` command that prints their launch commands; nothing where every level is called."""
+    url, _ = studied
+    data = load_study_data(url, HOSTILE)
+    close = replace(data.crossover, within_error_at=[data.target], within_error_from=None,
+                    to_measure=[(3, "TP8 plain"), (5, "TP8 dflash b4")])
+    panel = concurrency(replace(data, crossover=close))
+    assert panel.figure is not None
+    assert panel.note == (f"to settle it at concurrency {data.target}, measure trial 3 (TP8 "
+                          "plain) against trial 5 (TP8 dflash b4) (`dflash-tune export --trial 3 "
+                          "--trial 5` has their launch commands)")
+    called = replace(data.crossover, within_error_at=[], within_error_from=None, to_measure=[])
+    assert concurrency(replace(data, crossover=called)).note == ""
+
+
 def test_the_throughput_chart_says_under_its_title_when_levels_were_not_searched(studied):
     """A study a real engine measured: the chart's title gains a smaller second line, escaped,
     saying the levels other than the target were not searched; a model study's says only

@@ -122,7 +122,7 @@ def concurrency(data: StudyData) -> Panel:
     if cross.caveat:  # a second, smaller line
         title, top = f"{title}<br><sup>{esc(cross.caveat)}</sup>", 64
     return Panel(layout(fig, height=560, title=dict(text=title, font=dict(size=14)),
-                        margin=dict(l=60, r=20, t=top, b=50)))
+                        margin=dict(l=60, r=20, t=top, b=50)), cross.settle_line())
 
 
 def acceptance(data: StudyData) -> Panel:
