@@ -146,7 +146,7 @@ def kv_rows(sources: list[Reference]) -> list[tuple[str, int, float]]:
 
 def print_report(sources, full, loso, old_rows, results, kv, error) -> None:
     print("per source and point: observed, predicted in-sample (all sources), "
-          "leave-one-source-out, pre-issue-15 constants\n")
+          "leave-one-source-out, the constants shipped before the global fit\n")
     for src in sources:
         print(f"{src.name}  [{src.source}]")
         if src.not_fitted:

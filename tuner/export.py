@@ -54,13 +54,12 @@ def _numbered(trials: list[TrialRecord], only: Sequence[int] | None,
     """The trials numbered ``only`` (all of them when None), in study order."""
     if not only:
         return trials
-    held = {t.trial_number for t in trials}
-    missing = sorted(set(only) - held)
-    if missing:
+    held, wanted = {t.trial_number for t in trials}, set(only)
+    if missing := sorted(wanted - held):
         span = f"trials {min(held)}-{max(held)}" if held else "no trials"
         raise TunerError(f"no trial {', '.join(map(str, missing))} in study {study!r} "
                          f"(it holds {span})")
-    return [t for t in trials if t.trial_number in set(only)]
+    return [t for t in trials if t.trial_number in wanted]
 
 
 def trial_dicts(study: str, trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
